@@ -1,0 +1,346 @@
+"""The data model. Every table that several helpers/processes write has a unique constraint that makes
+the write idempotent (one label per (item, annotator), one batch row per (round, item), one shard row
+per (round, shard), one adapter per (round, arm, k), one prediction per (item, prompt, adapter set)).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Project(models.Model):
+    """A labelling task: a pool of texts, a closed label set, a prompt, and the loop's knobs."""
+
+    class Engine(models.TextChoices):
+        HF = "hf", "transformers + PEFT (CPU or GPU)"
+        VLLM = "vllm", "vLLM (GPU)"
+
+    name = models.CharField(max_length=200, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    guidelines = models.TextField(blank=True, help_text="Markdown, rendered safely on the annotate page.")
+    # Prompt: instructions + label descriptions + frozen few-shot examples form the shared prefix.
+    instructions = models.TextField(blank=True, default="Classify the text into exactly one label.")
+    item_template = models.TextField(default="Text: {text}\nLabel:")
+    few_shot = models.JSONField(default=list, blank=True, help_text='[{"text": ..., "label": name}, ...]')
+    # Model and engine. Empty model_dir: settings.LLM_DIR (the bundled SmolLM2).
+    model_dir = models.CharField(max_length=500, blank=True)
+    engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.HF)
+    seed = models.PositiveIntegerField(default=0)
+    # Selection knobs.
+    batch_size = models.PositiveIntegerField(default=50)  # B
+    oversample = models.FloatField(default=4.0)  # M / B: top-M by uncertainty before k-center
+    random_share = models.FloatField(default=0.15)  # share of B drawn uniformly from the eligible pool
+    mass_threshold = models.FloatField(default=0.05)  # ensemble-mean label mass under this: review bucket
+    uncertainty = models.CharField(max_length=16, default="margin")  # margin | entropy | bald
+    cold_start_batches = models.PositiveIntegerField(default=2)  # random/diversity rounds before uncertainty
+    # Ensemble / training.
+    ensemble_k = models.PositiveSmallIntegerField(default=4)
+    scratch_every = models.PositiveSmallIntegerField(default=5)  # from-scratch retrain every R rounds
+    auto_retrain_share = models.FloatField(default=0.0)  # 0: off; else retrain when this share is labeled
+    # Cheap rescoring.
+    candidate_sample = models.PositiveIntegerField(default=20000)  # 0: score the whole pool
+    carry_top_share = models.FloatField(default=0.1)  # last round's top share always rescored
+    first_pass_share = models.FloatField(default=1.0)  # <1: one adapter first, all K on this top share
+    # People.
+    overlap_share = models.FloatField(default=0.0)  # share of batch items labelled by several annotators
+    overlap_annotators = models.PositiveSmallIntegerField(default=2)
+    lease_seconds = models.PositiveIntegerField(default=600)
+    show_suggestion = models.BooleanField(default=False)  # off by default: it biases annotators
+    test_set_size = models.PositiveIntegerField(default=500)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Label(models.Model):
+    project = models.ForeignKey(Project, related_name="labels", on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    code = models.CharField(max_length=32, help_text="Single-token code the model answers with.")
+    order = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["order", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="label_unique_name"),
+            models.UniqueConstraint(fields=["project", "code"], name="label_unique_code"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ImportJob(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, related_name="imports", on_delete=models.CASCADE)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    filename = models.CharField(max_length=500)
+    path = models.CharField(max_length=1000, blank=True)
+    as_gold_for_test = models.BooleanField(default=False)  # labels are gold labels of test-set items
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    total_bytes = models.BigIntegerField(default=0)
+    processed_bytes = models.BigIntegerField(default=0)
+    rows_done = models.PositiveIntegerField(default=0)
+    rows_created = models.PositiveIntegerField(default=0)
+    duplicate_texts = models.PositiveIntegerField(default=0)
+    duplicates_sample = models.JSONField(default=list, blank=True)  # [[line, id, first_id], ...]
+    error = models.TextField(blank=True)
+
+
+class Item(models.Model):
+    class State(models.TextChoices):
+        POOL = "pool"  # eligible for selection (unless test / labeled / leased)
+        REVIEW = "review"  # low label mass: a lead looks at it, never selected
+        UNLABELABLE = "unlabelable"  # a lead confirmed a skip: out of the loop
+
+    project = models.ForeignKey(Project, related_name="items", on_delete=models.CASCADE)
+    external_id = models.CharField(max_length=200)
+    text = models.TextField()
+    text_hash = models.CharField(max_length=64, db_index=True)  # sha256 of the text, hex
+    metadata = models.JSONField(default=dict, blank=True)
+    import_job = models.ForeignKey(ImportJob, null=True, blank=True, on_delete=models.SET_NULL)
+    gold_label = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.PROTECT)
+    is_test = models.BooleanField(default=False)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.POOL)
+    review_reason = models.CharField(max_length=200, blank=True)
+    # How many distinct annotators must label it (1, or project.overlap_annotators for overlap items).
+    required_labels = models.PositiveSmallIntegerField(default=1)
+    # Set by services when labels agree or a lead adjudicates; None while open or in disagreement.
+    final_label = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.PROTECT)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="item_unique_external_id"),
+        ]
+        indexes = [
+            models.Index(fields=["project", "is_test", "state"]),
+            models.Index(fields=["project", "final_label"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.external_id}: {self.text[:40]}"
+
+
+class Round(models.Model):
+    """One turn of the loop. Status moves forward only through annotate.services (guarded)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SCORING = "scoring"
+        SELECTING = "selecting"
+        LABELING = "labeling"
+        TRAINING = "training"
+        EVALUATING = "evaluating"
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, related_name="rounds", on_delete=models.CASCADE)
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    failure_reason = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    seed = models.PositiveIntegerField(default=0)
+    strategy = models.CharField(max_length=24, default="active")  # active | random | cold-start | ...
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    adapter_set_hash = models.CharField(max_length=64, blank=True)  # adapters that scored this round
+    retrain_requested = models.BooleanField(default=False)
+    # Progress counters, polled by the UI.
+    items_to_score = models.PositiveIntegerField(default=0)
+    items_scored = models.PositiveIntegerField(default=0)
+    train_steps_total = models.PositiveIntegerField(default=0)
+    train_steps_done = models.PositiveIntegerField(default=0)
+    metrics = models.JSONField(default=dict, blank=True)  # evaluation, active vs random arms
+    cost = models.JSONField(default=dict, blank=True)  # seconds per step, tokens, labels, minutes
+
+    class Meta:
+        ordering = ["project", "number"]
+        constraints = [models.UniqueConstraint(fields=["project", "number"], name="round_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.project} round {self.number} ({self.status})"
+
+
+class BatchItem(models.Model):
+    """An item selected into a round's batch. One row per (round, item): re-running selection is a no-op."""
+
+    class Source(models.TextChoices):
+        ACTIVE = "active"  # top-M uncertainty then k-center
+        RANDOM = "random"  # the uniform random slice (the random arm trains on these)
+        COLD = "cold"  # cold-start (random / diversity-only) rounds
+
+    round = models.ForeignKey(Round, related_name="batch_items", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="batch_rows", on_delete=models.CASCADE)
+    source = models.CharField(max_length=8, choices=Source.choices)
+    rank = models.PositiveIntegerField(default=0)
+    uncertainty = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["round", "rank"]
+        constraints = [models.UniqueConstraint(fields=["round", "item"], name="batchitem_unique")]
+
+
+class Lease(models.Model):
+    """An item handed to one annotator until expires_at. Non-overlap items have at most one live lease."""
+
+    item = models.ForeignKey(Item, related_name="leases", on_delete=models.CASCADE)
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="leases", on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="lease_unique")]
+
+
+class Annotation(models.Model):
+    """One annotator's label for one item. Revising (undo) updates this row; it never adds a second."""
+
+    item = models.ForeignKey(Item, related_name="annotations", on_delete=models.CASCADE)
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="annotations", on_delete=models.CASCADE)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)
+    round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    revisions = models.PositiveSmallIntegerField(default=0)
+    seconds_spent = models.FloatField(null=True, blank=True)  # time from item shown to submit
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="annotation_unique")]
+        indexes = [models.Index(fields=["annotator", "created_at"])]
+
+
+class Skip(models.Model):
+    """An annotator passed on an item. Not a label; leads review skips."""
+
+    item = models.ForeignKey(Item, related_name="skips", on_delete=models.CASCADE)
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="skips", on_delete=models.CASCADE)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="skip_unique")]
+
+
+class Adjudication(models.Model):
+    """A lead's final word on an item (disagreement, skip or review bucket)."""
+
+    item = models.OneToOneField(Item, related_name="adjudication", on_delete=models.CASCADE)
+    label = models.ForeignKey(Label, null=True, blank=True, on_delete=models.PROTECT)  # None: unlabelable
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    decided_at = models.DateTimeField(auto_now=True)
+    note = models.TextField(blank=True)
+
+
+class AdapterVersion(models.Model):
+    """A trained LoRA adapter on disk. Its pk is the engine's integer LoRA id; its name is unique too,
+    so vLLM never reuses prefix-cache entries of older weights."""
+
+    class Arm(models.TextChoices):
+        PROD = "prod"  # the production ensemble member k
+        SCRATCH = "scratch"  # from-scratch retrain, compared with the warm-started one
+        ACTIVE = "active"  # trained on an equal-size sample of actively selected labels
+        RANDOM = "random"  # trained on the random-slice labels only
+
+    project = models.ForeignKey(Project, related_name="adapters", on_delete=models.CASCADE)
+    round = models.ForeignKey(Round, related_name="adapters", on_delete=models.CASCADE)
+    arm = models.CharField(max_length=8, choices=Arm.choices)
+    k = models.PositiveSmallIntegerField(default=0)
+    path = models.CharField(max_length=1000)
+    content_hash = models.CharField(max_length=64)
+    warm_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    n_labels = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["round", "arm", "k"], name="adapter_unique")]
+
+    @property
+    def lora_name(self) -> str:
+        return f"p{self.project_id}-r{self.round_id}-{self.arm}{self.k}-{self.content_hash[:12]}"
+
+
+class ScoreShard(models.Model):
+    """A slice of a round's pool scoring (items whose id hashes to `shard`). Checkpointed: a done
+    shard is never rescored; a crashed one is retried."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    round = models.ForeignKey(Round, related_name="shards", on_delete=models.CASCADE)
+    shard = models.PositiveIntegerField()
+    n_shards = models.PositiveIntegerField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    n_items = models.PositiveIntegerField(default=0)
+    path = models.CharField(max_length=1000, blank=True)  # .npz with item ids, p[K,N,C], mass[K,N]
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    seconds = models.FloatField(default=0.0)
+    tokens = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["round", "shard"], name="shard_unique")]
+
+
+class Prediction(models.Model):
+    """The ensemble's mean prediction for an item under one prompt and one adapter set."""
+
+    item = models.ForeignKey(Item, related_name="predictions", on_delete=models.CASCADE)
+    round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL)
+    prompt_hash = models.CharField(max_length=64)
+    adapter_set_hash = models.CharField(max_length=64)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)  # argmax of the mean distribution
+    probs = models.JSONField()  # mean distribution over labels, in label order
+    mass = models.FloatField()  # ensemble-mean label mass
+    uncertainty = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["item", "prompt_hash", "adapter_set_hash"], name="prediction_unique"
+            ),
+        ]
+
+
+class ApiToken(models.Model):
+    """Token for the small REST endpoint (stored as a sha256 digest, shown once)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="api_tokens", on_delete=models.CASCADE)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    name = models.CharField(max_length=100, blank=True)
+
+
+__all__ = [
+    "AdapterVersion",
+    "Adjudication",
+    "Annotation",
+    "ApiToken",
+    "BatchItem",
+    "ImportJob",
+    "Item",
+    "Label",
+    "Lease",
+    "Prediction",
+    "Project",
+    "Round",
+    "ScoreShard",
+    "Skip",
+]

@@ -1,0 +1,32 @@
+"""The Celery app. Queues: ``default`` (imports, exports, embeddings, bookkeeping) and ``gpu``
+(scoring and training; run one worker per GPU with ``-Q gpu -c 1``)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("alann")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_queues = (Queue("default"), Queue("gpu"))
+app.conf.task_default_queue = "default"
+app.conf.task_routes = {"annotate.gpu.*": {"queue": "gpu"}}
+# A GPU task holds an engine for minutes: take one message at a time and acknowledge it only when
+# done, so a killed worker's task is redelivered instead of lost (every task is idempotent).
+app.conf.worker_prefetch_multiplier = 1
+app.conf.task_acks_late = True
+app.conf.task_reject_on_worker_lost = True
+app.conf.broker_transport_options = {"visibility_timeout": 3600}
+app.conf.broker_connection_retry_on_startup = True
+app.conf.task_serializer = "json"
+app.conf.result_serializer = "json"
+app.conf.accept_content = ["json"]
+app.conf.result_expires = 3600
+app.autodiscover_tasks()
+
+# The command line a gpu worker runs; docker-compose and the Makefile use the same flags.
+GPU_WORKER_ARGS = ["worker", "-Q", "gpu", "--concurrency", "1", "--prefetch-multiplier", "1"]

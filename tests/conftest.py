@@ -1,0 +1,72 @@
+"""Shared fixtures: model directories (no hub), the shared data sets, artifact folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The prepared bundled SmolLM2 directory (``make test`` prepares it; prepared here if missing)."""
+    from scoring import bundled
+
+    out = Path(settings.LLM_DIR)
+    if not bundled.is_prepared(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        bundled.prepare_llm(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer llama with SmolLM2's tokenizer and chat template: fast to run,
+    same token ids, so prompts and label codes behave exactly as with the real model."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def encoder_dir() -> Path:
+    from scoring import bundled
+
+    return bundled.encoder_path()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = Path(settings.DATA_DIR)
+    if not (path / "trec" / "train.csv").is_file():
+        pytest.skip(f"shared data sets not found at {path} (expected ../shared/data beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
