@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line utility."""
+
 from __future__ import annotations
 
 import os

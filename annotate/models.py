@@ -313,9 +313,7 @@ class Prediction(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["item", "prompt_hash", "adapter_set_hash"], name="prediction_unique"
-            ),
+            models.UniqueConstraint(fields=["item", "prompt_hash", "adapter_set_hash"], name="prediction_unique"),
         ]
 
 
