@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from annotate import views
+from annotate.views import home
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", home.home, name="home"),
 ]
