@@ -2,8 +2,22 @@ from __future__ import annotations
 
 from django.urls import path
 
-from annotate.views import home
+from annotate.views import home, lead, ml, setup
 
 urlpatterns = [
     path("", home.home, name="home"),
+    # Project setup (ml)
+    path("setup/new/", setup.setup_new, name="setup_new"),
+    path("p/<int:project_id>/setup/", setup.project_setup, name="project_setup"),
+    # Leads
+    path("p/<int:project_id>/lead/", lead.lead_home, name="lead_home"),
+    path("p/<int:project_id>/lead/agreement/", lead.lead_agreement, name="lead_agreement"),
+    path("p/<int:project_id>/lead/items/<int:item_id>/adjudicate/", lead.lead_adjudicate, name="lead_adjudicate"),
+    path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
+    path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
+    # ML staff
+    path("p/<int:project_id>/ml/", ml.ml_home, name="ml_home"),
+    path("p/<int:project_id>/ml/rounds/", ml.ml_rounds, name="ml_rounds"),
+    path("p/<int:project_id>/ml/rounds/start/", ml.ml_round_start, name="ml_round_start"),
+    path("p/<int:project_id>/ml/rounds/retrain/", ml.ml_round_retrain, name="ml_round_retrain"),
 ]

@@ -11,7 +11,7 @@ from annotate.models import ImportJob, Item, Project
 from annotate.services.imports import ImportFailed, import_items, import_run
 from annotate.services.projects import LabelInput, project_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 
 @pytest.fixture
@@ -31,7 +31,9 @@ def db_state(project: Project) -> list[tuple[str, str]]:
 
 
 def test_csv_import_keeps_ids_labels_and_metadata(project: Project, tmp_path: Path) -> None:
-    path = write(tmp_path, "ok.csv", 'id,text,label,source\n1,"good, really",positive,web\n2,bad,negative,mail\n3,meh,,web\n')
+    path = write(
+        tmp_path, "ok.csv", 'id,text,label,source\n1,"good, really",positive,web\n2,bad,negative,mail\n3,meh,,web\n'
+    )
     report = import_items(project=project, path=path)
     assert (report.rows, report.created) == (3, 3)
     first = Item.objects.get(project=project, external_id="1")
@@ -61,11 +63,22 @@ def test_duplicate_texts_are_reported_not_merged(project: Project, tmp_path: Pat
 BAD_FILES = [
     ("no_text.csv", "id,body\n1,hello\n", "no_text.csv, line 1: missing 'text' column (found columns: id, body)"),
     ("empty.csv", "id,text\n1,hello\n2,   \n", "empty.csv, line 3: empty text"),
-    ("bytes.csv", b"id,text\n1,hello\n2,caf\xe9\n", "bytes.csv, line 3: undecodable bytes at column 6 (the file must be UTF-8)"),
+    (
+        "bytes.csv",
+        b"id,text\n1,hello\n2,caf\xe9\n",
+        "bytes.csv, line 3: undecodable bytes at column 6 (the file must be UTF-8)",
+    ),
     ("dupid.csv", "id,text\n1,hello\n2,world\n1,again\n", "dupid.csv, line 4: duplicate id '1' (first on line 2)"),
-    ("label.csv", "id,text,label\n1,hello,positive\n2,world,neutral\n",
-     "label.csv, line 3: unknown label 'neutral' (known labels: negative, positive)"),
-    ("long.csv", "id,text\n1,hello\n2," + "x" * 20_001 + "\n", "long.csv, line 3: text is 20,001 characters, over the 20,000 limit"),
+    (
+        "label.csv",
+        "id,text,label\n1,hello,positive\n2,world,neutral\n",
+        "label.csv, line 3: unknown label 'neutral' (known labels: negative, positive)",
+    ),
+    (
+        "long.csv",
+        "id,text\n1,hello\n2," + "x" * 20_001 + "\n",
+        "long.csv, line 3: text is 20,001 characters, over the 20,000 limit",
+    ),
     ("fields.csv", "id,text\n1,hello,extra\n", "fields.csv, line 2: expected 2 fields, found 3"),
     ("bad.jsonl", '{"text": "ok"}\n{"text": \n', "bad.jsonl, line 2: invalid JSON: Expecting value at column 10"),
     ("notext.jsonl", '{"text": "ok"}\n{"body": "x"}\n', "notext.jsonl, line 2: missing 'text' field"),
@@ -111,7 +124,9 @@ def test_gold_labels_for_test_items(project: Project, tmp_path: Path) -> None:
     Item.objects.filter(external_id__in=["1", "2"]).update(is_test=True)
     with pytest.raises(ImportFailed, match="line 2: id '3' is not a test-set item"):
         import_items(project=project, path=write(tmp_path, "g.csv", "id,label\n3,positive\n"), gold_for_test=True)
-    import_items(project=project, path=write(tmp_path, "g2.csv", "id,label\n1,positive\n2,negative\n"), gold_for_test=True)
+    import_items(
+        project=project, path=write(tmp_path, "g2.csv", "id,label\n1,positive\n2,negative\n"), gold_for_test=True
+    )
     item = Item.objects.get(external_id="1")
     assert item.final_label is not None and item.final_label.name == "positive"
 
@@ -119,7 +134,12 @@ def test_gold_labels_for_test_items(project: Project, tmp_path: Path) -> None:
 def test_trec_imports_with_gold_labels(project: Project, shared_data: Path) -> None:
     trec = project_create(
         name="trec",
-        labels=[LabelInput(n, c) for n, c in zip(["abbreviation", "description", "entity", "human", "location", "numeric"], "ABCDEF", strict=True)],
+        labels=[
+            LabelInput(n, c)
+            for n, c in zip(
+                ["abbreviation", "description", "entity", "human", "location", "numeric"], "ABCDEF", strict=True
+            )
+        ],
     )
     report = import_items(project=trec, path=shared_data / "trec" / "train.csv")
     assert report.created == 5452

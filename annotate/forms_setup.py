@@ -1,0 +1,309 @@
+"""Forms of the ML and lead pages: project setup (labels with verified codes, prompt, knobs) and the
+lead's adjudication."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from annotate.models import Label, Project
+from annotate.services.projects import LabelInput
+
+UNLABELABLE = "unlabelable"
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(model_dir: str) -> Any:
+    """One tokenizer per model directory per process (loading takes about a second)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def model_dir_for(raw: str) -> str:
+    return raw.strip() or str(settings.LLM_DIR)
+
+
+# ---- label lines: "name | description | code" -------------------------------------------------
+
+
+def parse_label_lines(text: str) -> list[LabelInput]:
+    """One label per line, `name | description | code`; description and code may be left out."""
+    labels: list[LabelInput] = []
+    errors: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = [part.strip() for part in line.split("|")]
+        if len(parts) > 3:
+            errors.append(f"line {number}: expected `name | description | code`, found {len(parts) - 1} '|'")
+            continue
+        name, description, code = (parts + ["", ""])[:3]
+        if not name:
+            errors.append(f"line {number}: the label name is empty")
+        elif len(name) > 100:
+            errors.append(f"line {number}: the label name is longer than 100 characters")
+        elif any(label.name == name for label in labels):
+            errors.append(f"line {number}: the label {name!r} appears twice")
+        elif len(code) > 32:
+            errors.append(f"line {number}: the code {code!r} is longer than 32 characters")
+        else:
+            labels.append(LabelInput(name=name, code=code, description=description))
+    if errors:
+        raise ValidationError(errors)
+    if len(labels) < 2:
+        raise ValidationError("enter at least two labels, one per line")
+    return labels
+
+
+def format_label_lines(labels: Sequence[LabelInput]) -> str:
+    return "\n".join(f"{lab.name} | {lab.description} | {lab.code}" for lab in labels)
+
+
+# ---- few-shot lines: "text | label" ----------------------------------------------------------
+
+
+def parse_few_shot(text: str, label_names: Sequence[str]) -> list[dict[str, str]]:
+    """One example per line, `text | label`; the label is after the last '|', so texts may contain '|'."""
+    examples: list[dict[str, str]] = []
+    errors: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if "|" not in line:
+            errors.append(f"line {number}: expected `text | label`")
+            continue
+        body, label = (part.strip() for part in line.rsplit("|", 1))
+        if not body:
+            errors.append(f"line {number}: the example text is empty")
+        elif label not in label_names:
+            errors.append(f"line {number}: unknown label {label!r} (labels: {', '.join(label_names)})")
+        else:
+            examples.append({"text": body, "label": label})
+    if errors:
+        raise ValidationError(errors)
+    return examples
+
+
+def format_few_shot(few_shot: Sequence[dict[str, str]]) -> str:
+    return "\n".join(f"{ex['text']} | {ex['label']}" for ex in few_shot)
+
+
+# ---- the setup form ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Range:
+    low: float
+    high: float | None
+    why: str
+
+
+# Precise bounds, each with the reason a value outside it cannot work.
+RANGES: dict[str, _Range] = {
+    "batch_size": _Range(1, None, "batch size B must be at least 1"),
+    "oversample": _Range(1.0, None, "oversample factor M/B must be at least 1 (top-M must hold a whole batch)"),
+    "random_share": _Range(0.0, 1.0, "random-slice share must be between 0 and 1"),
+    "mass_threshold": _Range(0.0, 1.0, "label-mass threshold must be between 0 and 1 (it is a probability mass)"),
+    "ensemble_k": _Range(1, 32, "ensemble size K must be between 1 and 32"),
+    "overlap_share": _Range(0.0, 1.0, "overlap share must be between 0 and 1"),
+    "overlap_annotators": _Range(2, 20, "annotators per overlapped item must be between 2 and 20"),
+    "test_set_size": _Range(1, None, "test-set size must be at least 1 (the learning curve is measured on it)"),
+    "lease_seconds": _Range(30, 86400, "lease must be between 30 seconds and one day"),
+    "cold_start_batches": _Range(0, 100, "cold-start batches must be between 0 and 100"),
+}
+
+
+class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
+    labels_text = forms.CharField(
+        label="Labels",
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+        help_text="One label per line: name | description | code. Leave the code empty to get a suggestion; "
+        "each code must be a single token of the model's tokenizer, distinct from the others.",
+    )
+    few_shot_text = forms.CharField(
+        label="Few-shot examples",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="One example per line: text | label name. Frozen once the first round exists.",
+    )
+    uncertainty = forms.ChoiceField(
+        choices=[("margin", "margin"), ("entropy", "entropy + tail"), ("bald", "BALD (ensemble)")]
+    )
+
+    class Meta:
+        model = Project
+        fields = [
+            "name",
+            "guidelines",
+            "instructions",
+            "model_dir",
+            "engine",
+            "seed",
+            "batch_size",
+            "oversample",
+            "random_share",
+            "mass_threshold",
+            "uncertainty",
+            "cold_start_batches",
+            "ensemble_k",
+            "overlap_share",
+            "overlap_annotators",
+            "test_set_size",
+            "lease_seconds",
+            "show_suggestion",
+        ]
+        labels = {
+            "batch_size": "Batch size B",
+            "oversample": "Oversample factor M/B",
+            "random_share": "Random-slice share",
+            "mass_threshold": "Label-mass threshold",
+            "ensemble_k": "Ensemble size K",
+            "overlap_share": "Overlap share",
+            "overlap_annotators": "Annotators per overlapped item",
+            "lease_seconds": "Lease (seconds)",
+            "show_suggestion": "Show the model's suggestion to annotators",
+            "model_dir": "Model directory",
+        }
+        help_texts = {"model_dir": "Local Hugging Face directory; empty: the bundled model (settings.LLM_DIR)."}
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 8}), "instructions": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.suggested_codes: dict[str, str] = {}
+        self.collisions: list[tuple[str, str]] = []
+        self.frozen_round: int | None = None
+        if self.instance.pk:
+            last = self.instance.rounds.order_by("-number").values_list("number", flat=True).first()
+            self.frozen_round = last
+            self.initial.setdefault("labels_text", format_label_lines(self._current_labels()))
+            self.initial.setdefault("few_shot_text", format_few_shot(self.instance.few_shot or []))
+        for name, rng in RANGES.items():
+            widget = self.fields[name].widget
+            widget.attrs["min"] = rng.low
+            if rng.high is not None:
+                widget.attrs["max"] = rng.high
+            if isinstance(rng.low, float):
+                widget.attrs["step"] = "any"
+
+    def _current_labels(self) -> list[LabelInput]:
+        rows: Sequence[Label] = list(self.instance.labels.order_by("order", "id")) if self.instance.pk else []
+        return [LabelInput(name=lab.name, code=lab.code, description=lab.description) for lab in rows]
+
+    def _clean_range(self, name: str) -> Any:
+        value = self.cleaned_data.get(name)
+        rng = RANGES[name]
+        if value is not None and (value < rng.low or (rng.high is not None and value > rng.high)):
+            raise ValidationError(f"{rng.why}; got {value}")
+        return value
+
+    def clean_model_dir(self) -> str:
+        return str(self.cleaned_data.get("model_dir") or "").strip()
+
+    def clean_labels_text(self) -> list[LabelInput]:
+        return parse_label_lines(self.cleaned_data["labels_text"])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in RANGES:
+            if name in data:
+                try:
+                    data[name] = self._clean_range(name)
+                except ValidationError as exc:
+                    self.add_error(name, exc)
+        labels = data.get("labels_text")
+        if isinstance(labels, list):
+            known = {lab.name: lab.code for lab in self._current_labels()}
+            labels = [
+                lab if lab.code else LabelInput(lab.name, known.get(lab.name, ""), lab.description) for lab in labels
+            ]
+            try:
+                data["few_shot"] = parse_few_shot(data.get("few_shot_text", ""), [lab.name for lab in labels])
+            except ValidationError as exc:
+                self.add_error("few_shot_text", exc)
+            self._check_frozen(labels, data.get("few_shot"))
+            if "labels_text" not in self.errors and "model_dir" not in self.errors:
+                data["labels_text"] = self._verify_codes(labels, data.get("model_dir", ""))
+        return data
+
+    def _check_frozen(self, labels: list[LabelInput], few_shot: list[dict[str, str]] | None) -> None:
+        if self.frozen_round is None:
+            return
+        why = (
+            f"round {self.frozen_round} exists, and editing them would change the prompt hash, so the scores and "
+            "learning curve of earlier rounds would no longer compare. Start a new project to change them."
+        )
+        if few_shot is not None and few_shot != list(self.instance.few_shot or []):
+            self.add_error("few_shot_text", f"Few-shot examples are frozen: {why}")
+        current = [(lab.name, lab.code) for lab in self._current_labels()]
+        wanted = [(lab.name, lab.code) for lab in labels]
+        if wanted != current:
+            self.add_error("labels_text", f"Label names and codes are frozen (descriptions may change): {why}")
+
+    def _verify_codes(self, labels: list[LabelInput], model_dir: str) -> list[LabelInput]:
+        """Fill empty codes with suggestions and check them all against the tokenizer. On a collision,
+        name the colliding labels and pre-fill the textarea with codes that work."""
+        from scoring.labels import LabelCodeError, label_token_ids, suggest_codes
+
+        directory = model_dir_for(model_dir)
+        try:
+            tokenizer = load_tokenizer(directory)
+        except (OSError, ValueError) as exc:
+            self.add_error("model_dir", f"cannot load a tokenizer from {directory}: {exc}")
+            return labels
+        names = [lab.name for lab in labels]
+        if any(not lab.code for lab in labels):
+            proposed = suggest_codes(tokenizer, names)
+            labels = [
+                lab if lab.code else LabelInput(lab.name, code, lab.description)
+                for lab, code in zip(labels, proposed, strict=True)
+            ]
+        try:
+            label_token_ids(tokenizer, [lab.code for lab in labels], names)
+        except LabelCodeError as exc:
+            self.collisions = list(exc.collisions)
+            self.suggested_codes = dict(exc.suggestions)
+            self.add_error("labels_text", self._collision_message(exc))
+            self._prefill(labels)
+        return labels
+
+    def _collision_message(self, exc: Any) -> str:
+        pairs = "; ".join(f"“{a}” and “{b}”" for a, b in self.collisions)
+        head = f"These labels' codes collide: {pairs}." if pairs else f"Some codes do not work: {exc}."
+        if not self.suggested_codes:
+            return head
+        proposal = ", ".join(f"{name} → {code}" for name, code in self.suggested_codes.items())
+        return f"{head} Suggested codes (filled in below, check them and save again): {proposal}."
+
+    def _prefill(self, labels: list[LabelInput]) -> None:
+        fixed = [LabelInput(lab.name, self.suggested_codes.get(lab.name, lab.code), lab.description) for lab in labels]
+        self.data = self.data.copy()
+        self.data[self.add_prefix("labels_text")] = format_label_lines(fixed)
+
+    def project_fields(self) -> dict[str, Any]:
+        fields = {name: self.cleaned_data[name] for name in self.Meta.fields if name != "name"}
+        fields["few_shot"] = self.cleaned_data.get("few_shot", [])
+        return fields
+
+
+class AdjudicationForm(forms.Form):
+    """A lead's decision: one of the project's labels, or 'unlabelable'."""
+
+    decision = forms.ChoiceField(label="Final label")
+    note = forms.CharField(required=False, max_length=2000)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.labels = {str(lab.pk): lab for lab in project.labels.order_by("order", "id")}
+        choices = [(pk, lab.name) for pk, lab in self.labels.items()]
+        self.fields["decision"].choices = [*choices, (UNLABELABLE, "Unlabelable (out of the loop)")]
+
+    def label(self) -> Label | None:
+        decision = self.cleaned_data["decision"]
+        return None if decision == UNLABELABLE else self.labels[decision]

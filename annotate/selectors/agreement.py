@@ -1,0 +1,194 @@
+"""Inter-annotator agreement and throughput for the lead dashboard. The statistics themselves live in
+training/evaluate.py (pure functions over arrays); this module only turns rows into arrays."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import date
+from itertools import combinations
+
+import numpy as np
+from django.db.models import Count
+from django.db.models.functions import TruncDate
+
+from annotate.models import Annotation, Project
+
+
+@dataclass(frozen=True)
+class Rater:
+    id: int
+    username: str
+
+
+@dataclass(frozen=True)
+class PairAgreement:
+    a: Rater
+    b: Rater
+    n_items: int  # items both labelled
+    observed: float  # share of those items with the same label
+    kappa: float | None  # Cohen's kappa; None when undefined (one label only, or no shared items)
+
+
+@dataclass(frozen=True)
+class ClassAgreement:
+    label: str
+    n_ratings: int  # ratings of this class on items with two or more raters
+    specific: float | None  # P(second rater says j | first rater said j), pooled over items
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    labels: list[str]
+    raters: list[Rater]
+    pairs: list[PairAgreement]
+    per_class: list[ClassAgreement]
+    multi_rated_items: int  # items with two or more raters
+    fleiss: float | None  # Fleiss' kappa over the items that have the most common rater count
+    fleiss_items: int
+    fleiss_raters: int
+
+
+@dataclass(frozen=True)
+class PairConfusion:
+    a: Rater
+    b: Rater
+    labels: list[str]
+    matrix: list[list[int]]  # rows: a's label, columns: b's label
+    n_items: int
+
+
+@dataclass(frozen=True)
+class Throughput:
+    rater: Rater
+    n_labels: int
+    labels_per_hour: float | None  # labels per hour of timed labelling (sum of seconds_spent)
+    median_seconds: float | None
+    per_day: list[tuple[date, int]]
+
+
+@dataclass(frozen=True)
+class _Ratings:
+    labels: list[str]
+    raters: dict[int, Rater]
+    by_item: dict[int, dict[int, int]]  # item id -> {annotator id: label index}
+
+
+def _ratings(project: Project) -> _Ratings:
+    labels = list(project.labels.order_by("order", "id").values_list("id", "name"))
+    index = {label_id: i for i, (label_id, _) in enumerate(labels)}
+    raters: dict[int, Rater] = {}
+    by_item: dict[int, dict[int, int]] = defaultdict(dict)
+    rows = Annotation.objects.filter(item__project=project).values_list(
+        "item_id", "annotator_id", "annotator__username", "label_id"
+    )
+    for item_id, annotator_id, username, label_id in rows:
+        raters.setdefault(annotator_id, Rater(annotator_id, username))
+        by_item[item_id][annotator_id] = index[label_id]
+    return _Ratings([name for _, name in labels], raters, dict(by_item))
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _pair_vectors(r: _Ratings, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    both = [(v[a], v[b]) for v in r.by_item.values() if a in v and b in v]
+    arr = np.array(both, dtype=np.int64).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def _per_class(r: _Ratings, multi: list[dict[int, int]]) -> list[ClassAgreement]:
+    """Specific agreement per class: sum_i n_ij (n_ij - 1) / sum_i n_ij (n_i - 1) over multi-rated items."""
+    out = []
+    for j, name in enumerate(r.labels):
+        agree = pairs = ratings = 0
+        for votes in multi:
+            n_ij = sum(1 for v in votes.values() if v == j)
+            agree += n_ij * (n_ij - 1)
+            pairs += n_ij * (len(votes) - 1)
+            ratings += n_ij
+        out.append(ClassAgreement(name, ratings, agree / pairs if pairs else None))
+    return out
+
+
+def agreement_summary(*, project: Project) -> AgreementSummary:
+    from training.evaluate import cohen_kappa, fleiss_kappa
+
+    r = _ratings(project)
+    n_classes = len(r.labels)
+    pairs = []
+    for a, b in combinations(sorted(r.raters), 2):
+        va, vb = _pair_vectors(r, a, b)
+        if len(va) == 0:
+            continue
+        kappa = _finite(cohen_kappa(va, vb, n_classes))
+        pairs.append(PairAgreement(r.raters[a], r.raters[b], len(va), float(np.mean(va == vb)), kappa))
+    multi = [votes for votes in r.by_item.values() if len(votes) >= 2]
+    fleiss, fleiss_items, fleiss_raters = None, 0, 0
+    if multi:
+        fleiss_raters = Counter(len(v) for v in multi).most_common(1)[0][0]
+        same = [v for v in multi if len(v) == fleiss_raters]
+        counts = np.zeros((len(same), n_classes), dtype=np.int64)
+        for i, votes in enumerate(same):
+            for label_index in votes.values():
+                counts[i, label_index] += 1
+        fleiss, fleiss_items = _finite(fleiss_kappa(counts)), len(same)
+    return AgreementSummary(
+        labels=r.labels,
+        raters=sorted(r.raters.values(), key=lambda x: x.username),
+        pairs=pairs,
+        per_class=_per_class(r, multi),
+        multi_rated_items=len(multi),
+        fleiss=fleiss,
+        fleiss_items=fleiss_items,
+        fleiss_raters=fleiss_raters,
+    )
+
+
+def pair_confusion(*, project: Project, a_id: int, b_id: int) -> PairConfusion | None:
+    """Confusion matrix between two annotators on the items both labelled (None: unknown annotator)."""
+    from training.evaluate import confusion
+
+    r = _ratings(project)
+    if a_id not in r.raters or b_id not in r.raters or a_id == b_id:
+        return None
+    va, vb = _pair_vectors(r, a_id, b_id)
+    matrix = np.asarray(confusion(va, vb, len(r.labels)), dtype=np.int64)
+    return PairConfusion(r.raters[a_id], r.raters[b_id], r.labels, matrix.tolist(), len(va))
+
+
+def throughput(*, project: Project) -> list[Throughput]:
+    rows = Annotation.objects.filter(item__project=project)
+    per_day: dict[int, list[tuple[date, int]]] = defaultdict(list)
+    for annotator_id, day, n in (
+        rows.annotate(day=TruncDate("created_at"))
+        .values_list("annotator_id", "day")
+        .order_by("annotator_id", "day")
+        .annotate(n=Count("id"))
+    ):
+        per_day[annotator_id].append((day, n))
+    seconds: dict[int, list[float]] = defaultdict(list)
+    names: dict[int, str] = {}
+    totals: Counter[int] = Counter()
+    for annotator_id, username, spent in rows.values_list("annotator_id", "annotator__username", "seconds_spent"):
+        names[annotator_id] = username
+        totals[annotator_id] += 1
+        if spent is not None and spent >= 0:
+            seconds[annotator_id].append(spent)
+    out = []
+    for annotator_id in sorted(names, key=names.__getitem__):
+        timed = seconds[annotator_id]
+        total_seconds = sum(timed)
+        out.append(
+            Throughput(
+                rater=Rater(annotator_id, names[annotator_id]),
+                n_labels=totals[annotator_id],
+                labels_per_hour=len(timed) * 3600.0 / total_seconds if total_seconds > 0 else None,
+                median_seconds=statistics.median(timed) if timed else None,
+                per_day=per_day[annotator_id],
+            )
+        )
+    return out

@@ -1,0 +1,77 @@
+"""ML staff page: rounds with live progress, start/retrain requests, learning curve, test-set status."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from annotate.models import Project
+from annotate.roles import ML, role_required
+from annotate.selectors import rounds as rounds_sel
+from annotate.services.rounds import RoundError, round_request_retrain, round_request_start
+
+
+def _rounds_context(project: Project, **extra: object) -> dict[str, object]:
+    return {
+        "project": project,
+        "rounds": rounds_sel.rounds_with_progress(project=project),
+        "active": rounds_sel.any_round_active(project=project),
+        **extra,
+    }
+
+
+@role_required(ML)
+def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    context = _rounds_context(
+        project,
+        test_set=rounds_sel.test_set_status(project=project),
+        curve_uri=rounds_sel.learning_curve_data_uri(project=project),
+    )
+    return render(request, "annotate/ml.html", context)
+
+
+@role_required(ML)
+def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The polled round table. Once no round is active, the last answer also stops the polling."""
+    project = get_object_or_404(Project, pk=project_id)
+    context = _rounds_context(project)
+    response = render(request, "annotate/ml.html#rounds", context)
+    if not context["active"]:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+def _after_request(request: HttpRequest, project: Project, done: str, error: str) -> HttpResponse:
+    if request.htmx:
+        return render(request, "annotate/ml.html#rounds", _rounds_context(project, notice=done, error=error))
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, done)
+    return redirect("ml_home", project_id=project.pk)
+
+
+@role_required(ML)
+@require_POST
+def ml_round_start(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        new = round_request_start(project=project, user=request.user)
+    except RoundError as exc:
+        return _after_request(request, project, "", str(exc))
+    return _after_request(request, project, f"Round {new.number} requested.", "")
+
+
+@role_required(ML)
+@require_POST
+def ml_round_retrain(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        current = round_request_retrain(project=project, user=request.user)
+    except RoundError as exc:
+        return _after_request(request, project, "", str(exc))
+    return _after_request(request, project, f"Retrain requested on round {current.number}.", "")

@@ -1,0 +1,293 @@
+"""Batch selection: a random slice, top-M by uncertainty, then greedy k-center for diversity.
+
+All functions take the *eligible* rows only: the caller (the round service) has already removed
+labeled, skipped, in-review, test-set and in-flight items, and maps the returned positions back to
+item ids. Nothing here knows about items, rounds or Django.
+
+Distance: every embedding row is L2-normalised here (MiniLM vectors already are), and the k-center
+distance is the cosine distance ``1 - <x, y>``. On unit vectors the squared euclidean distance is
+``2 - 2<x, y>``, a monotone function of it, so farthest-first picks the same items under either
+metric; cosine keeps the arithmetic to one matrix product. Internally we track the largest
+similarity to any chosen centre (equivalently the smallest distance) and pick its argmin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
+Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only"]
+RngLike = np.random.Generator | int
+
+# Tile side for the candidate × seed similarity pass: a 4096×4096 float32 tile is 64 MiB, big
+# enough for BLAS/cuBLAS to run near peak, small enough that M×L is never held at once.
+CPU_CHUNK = 4096
+# On a GPU the tile can be 16× larger (1 GiB) and still leave the card almost empty.
+GPU_CHUNK = 16384
+
+
+class SelectionInputError(ValueError):
+    """Inputs that cannot produce a valid batch: NaN/inf, shape mismatches, b outside 1..N, etc."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Positions into the eligible rows passed in, and whether each came from the random slice.
+
+    Order: the random slice first, then the k-center picks in the order they were chosen."""
+
+    indices: np.ndarray  # int64[b], distinct
+    is_random: np.ndarray  # bool[b]
+
+
+def label_mass_filter(mass_mean: np.ndarray, threshold: float) -> np.ndarray:
+    """True where the ensemble's mean probability mass on the label codes is below ``threshold``:
+    the model is answering something other than a label (garbage text, off-task prompt), so the item
+    goes to the leads' review bucket instead of the selection pool."""
+    mass = np.asarray(mass_mean, dtype=np.float64)
+    if mass.ndim != 1:
+        raise SelectionInputError(f"mass_mean must be 1-D, got shape {mass.shape}")
+    if not np.isfinite(mass).all():
+        raise SelectionInputError("mass_mean contains NaN or inf")
+    if not 0.0 <= threshold <= 1.0:
+        raise SelectionInputError(f"threshold must be within [0, 1], got {threshold}")
+    return mass < threshold
+
+
+def select_batch(
+    uncertainty: np.ndarray,
+    emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    *,
+    b: int,
+    m: int,
+    random_share: float,
+    rng: RngLike,
+    device: str | None = None,
+    chunk: int | None = None,
+) -> Selection:
+    """Pick ``b`` of the N eligible rows (exclusions are the caller's job: pass only eligible rows).
+
+    1. ``r = round(random_share * b)`` rows uniformly from all N (keeps the batch honest: an unbiased
+       slice the evaluation and the acquisition function cannot steer).
+    2. Top-``m`` of the remaining rows by uncertainty (higher = more uncertain). Ties are broken by
+       a permutation drawn from ``rng``, so all-equal uncertainty gives a seeded random order.
+       ``m`` is clamped up to ``b`` (a candidate set smaller than the batch makes no sense) and down
+       to the rows left after the random slice.
+    3. Greedy k-center (farthest-first) over those candidates, picking ``b - r``; the seeds are the
+       labeled items plus the random slice (both will be labeled, so a near-duplicate of either is
+       wasted effort). With no seeds at all (empty labeled set and r = 0) the first pick is the most
+       uncertain candidate.
+
+    Deterministic for a given seed. Raises SelectionInputError on NaN/inf, shape mismatch,
+    b <= 0, b > N, m <= 0 or random_share outside [0, 1].
+    """
+    u = _as_vector(uncertainty, "uncertainty")
+    x = _as_matrix(emb, "emb")
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1] if x.ndim == 2 else None)
+    n = len(u)
+    if x.shape[0] != n:
+        raise SelectionInputError(f"uncertainty has {n} rows but emb has {x.shape[0]}")
+    _check_b(b, n)
+    if m <= 0:
+        raise SelectionInputError(f"m must be positive, got {m}")
+    if not 0.0 <= random_share <= 1.0:
+        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    gen = np.random.default_rng(rng)
+
+    r = int(np.floor(random_share * b + 0.5))  # round half up, not Python's banker's rounding
+    random_idx = gen.choice(n, size=r, replace=False).astype(np.int64)
+    rest = np.setdiff1d(np.arange(n, dtype=np.int64), random_idx, assume_unique=True)
+    ranked = rest[_rank_desc(u[rest], gen)]
+    candidates = ranked[: min(max(m, b), len(rest))]
+    picks = kcenter_greedy(x[candidates], np.concatenate([seeds, x[random_idx]]), b - r, device=device, chunk=chunk)
+    return _selection(random_idx, candidates[picks])
+
+
+def kcenter_greedy(
+    cand_emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    k: int,
+    *,
+    device: str | None = None,
+    chunk: int | None = None,
+    first: int = 0,
+) -> np.ndarray:
+    """Farthest-first traversal: ``k`` candidate positions, in pick order.
+
+    Each candidate's distance to its nearest seed (``labeled_emb``) is computed in tiles of
+    ``chunk × chunk``; then repeatedly the candidate farthest from everything chosen so far is
+    picked and the minimum distances are updated against it (one matrix-vector product per pick).
+    Ties go to the lowest candidate position, so callers order candidates by priority. With no seeds
+    the first pick is ``first``. ``device``: "cuda", "cpu" or None (CUDA when available).
+    """
+    cand = _as_matrix(cand_emb, "cand_emb")
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=cand.shape[1])
+    if not 0 <= k <= len(cand):
+        raise SelectionInputError(f"k must be within [0, {len(cand)}], got {k}")
+    if k == 0:
+        return np.empty(0, dtype=np.int64)
+    if len(seeds) == 0 and not 0 <= first < len(cand):
+        raise SelectionInputError(f"first must index a candidate, got {first}")
+    import torch
+
+    dev = _device(device)
+    tile = chunk or (GPU_CHUNK if dev.type == "cuda" else CPU_CHUNK)
+    with torch.inference_mode():
+        c = _unit_rows(torch.from_numpy(cand).to(dev), "cand_emb")
+        nearest = _max_similarity(c, seeds, dev, tile)
+        if len(seeds) == 0:
+            nearest.fill_(-2.0)  # below any cosine, so the first update replaces it outright
+            nearest[first] = float("-inf")  # the forced first pick: argmin lands on it
+        return _farthest_first(c, nearest, k).cpu().numpy()
+
+
+def select_cold_start(
+    emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    *,
+    b: int,
+    rng: RngLike,
+    mode: Literal["random", "diversity"] = "random",
+    device: str | None = None,
+) -> Selection:
+    """The first batch(es), before any adapter can score: ``random`` (uniform, all flagged random)
+    or ``diversity`` (k-center over the whole eligible pool seeded with whatever is labeled; with
+    nothing labeled the first pick is random). The round code decides when to use it."""
+    x = _as_matrix(emb, "emb")
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
+    _check_b(b, len(x))
+    gen = np.random.default_rng(rng)
+    if mode == "random":
+        return _selection(gen.choice(len(x), size=b, replace=False).astype(np.int64), np.empty(0, np.int64))
+    if mode == "diversity":
+        first = int(gen.integers(len(x)))
+        return _selection(np.empty(0, np.int64), kcenter_greedy(x, seeds, b, device=device, first=first))
+    raise SelectionInputError(f"unknown cold-start mode {mode!r}")
+
+
+def select_strategy(
+    name: Strategy,
+    uncertainty: np.ndarray | None,
+    emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    *,
+    b: int,
+    m: int,
+    random_share: float,
+    rng: RngLike,
+    device: str | None = None,
+) -> Selection:
+    """One entry point per simulation arm: "active" (random slice + top-M + k-center), "random",
+    "uncertainty-only" (top-b, seeded tie-break) and "kcenter-only" (k-center over the whole pool).
+    ``uncertainty`` may be None for the arms that ignore it."""
+    x = _as_matrix(emb, "emb")
+    if name == "random":
+        return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="random")
+    if name == "kcenter-only":
+        return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="diversity", device=device)
+    if uncertainty is None:
+        raise SelectionInputError(f"strategy {name!r} needs uncertainty scores")
+    if name == "active":
+        return select_batch(uncertainty, x, labeled_emb, b=b, m=m, random_share=random_share, rng=rng, device=device)
+    if name == "uncertainty-only":
+        u = _as_vector(uncertainty, "uncertainty")
+        if len(u) != len(x):
+            raise SelectionInputError(f"uncertainty has {len(u)} rows but emb has {len(x)}")
+        _check_b(b, len(u))
+        return _selection(np.empty(0, np.int64), _rank_desc(u, np.random.default_rng(rng))[:b])
+    raise SelectionInputError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _selection(random_idx: np.ndarray, chosen: np.ndarray) -> Selection:
+    indices = np.concatenate([random_idx, chosen]).astype(np.int64)
+    is_random = np.concatenate([np.ones(len(random_idx), bool), np.zeros(len(chosen), bool)])
+    return Selection(indices=indices, is_random=is_random)
+
+
+def _rank_desc(values: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+    """Positions sorted by value, highest first; equal values in a seeded random order."""
+    perm = gen.permutation(len(values))
+    return perm[np.argsort(-values[perm], kind="stable")]
+
+
+def _check_b(b: int, n: int) -> None:
+    if b <= 0:
+        raise SelectionInputError(f"b must be positive, got {b}")
+    if b > n:
+        raise SelectionInputError(f"b={b} exceeds the {n} eligible rows")
+
+
+def _as_vector(values: Any, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise SelectionInputError(f"{name} must be 1-D, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise SelectionInputError(f"{name} contains NaN or inf")
+    return arr
+
+
+def _as_matrix(values: Any, name: str, dim: int | None = None) -> np.ndarray:
+    arr = np.ascontiguousarray(values, dtype=np.float32)
+    if arr.ndim == 1 and arr.size == 0 and dim is not None:
+        arr = arr.reshape(0, dim)  # an empty labeled set given as []
+    if arr.ndim != 2:
+        raise SelectionInputError(f"{name} must be 2-D, got shape {arr.shape}")
+    if dim is not None and arr.shape[1] != dim:
+        raise SelectionInputError(f"{name} has dimension {arr.shape[1]}, expected {dim}")
+    if not np.isfinite(arr).all():
+        raise SelectionInputError(f"{name} contains NaN or inf")
+    return arr
+
+
+def _device(device: str | None) -> torch.device:
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _unit_rows(x: torch.Tensor, name: str) -> torch.Tensor:
+    norms = x.norm(dim=1, keepdim=True)
+    if bool((norms < 1e-12).any()):
+        raise SelectionInputError(f"{name} has an all-zero row (no direction to compare)")
+    return x / norms
+
+
+def _max_similarity(cand: torch.Tensor, seeds: np.ndarray, dev: torch.device, tile: int) -> torch.Tensor:
+    """Each candidate's cosine similarity to its nearest seed (-inf without seeds), tile by tile."""
+    import torch
+
+    best = torch.full((len(cand),), float("-inf"), device=dev)
+    for s0 in range(0, len(seeds), tile):
+        s = _unit_rows(torch.from_numpy(seeds[s0 : s0 + tile]).to(dev), "labeled_emb")
+        for c0 in range(0, len(cand), tile):
+            block = cand[c0 : c0 + tile] @ s.T
+            torch.maximum(best[c0 : c0 + tile], block.amax(dim=1), out=best[c0 : c0 + tile])
+    return best
+
+
+def _farthest_first(cand: torch.Tensor, nearest: torch.Tensor, k: int) -> torch.Tensor:
+    """The greedy loop. ``nearest`` (max similarity to any centre) is updated in place. No host
+    sync inside the loop (index_select / index_fill_ instead of Python indexing), so on a GPU the
+    kernels queue back to back."""
+    import torch
+
+    picks = torch.empty(k, dtype=torch.long, device=cand.device)
+    for t in range(k):
+        i = torch.argmin(nearest).view(1)  # first occurrence on ties: lowest position wins
+        picks[t : t + 1] = i
+        sims = torch.mv(cand, torch.index_select(cand, 0, i)[0])
+        torch.maximum(nearest, sims, out=nearest)
+        nearest.index_fill_(0, i, float("inf"))  # never again, even against exact duplicates
+    return picks
