@@ -4,19 +4,110 @@ from django.contrib import admin
 
 from annotate import models
 
-for model in (
-    models.Project,
-    models.Label,
-    models.ImportJob,
-    models.Item,
-    models.Round,
-    models.BatchItem,
-    models.Lease,
-    models.Annotation,
-    models.Skip,
-    models.Adjudication,
-    models.AdapterVersion,
-    models.ScoreShard,
-    models.Prediction,
-):
-    admin.site.register(model)
+
+class LabelInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = models.Label
+    extra = 0
+
+
+@admin.register(models.Project)
+class ProjectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "engine", "batch_size", "ensemble_k", "test_set_size", "created_by", "created_at")
+    search_fields = ("name",)
+    list_filter = ("engine",)
+    inlines = [LabelInline]
+
+
+@admin.register(models.Label)
+class LabelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "code", "project", "order")
+    search_fields = ("name", "code", "project__name")
+    list_filter = ("project",)
+
+
+@admin.register(models.ImportJob)
+class ImportJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("filename", "project", "status", "rows_done", "rows_created", "duplicate_texts", "created_at")
+    search_fields = ("filename", "project__name")
+    list_filter = ("status", "as_gold_for_test")
+
+
+@admin.register(models.Item)
+class ItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("external_id", "project", "state", "is_test", "required_labels", "final_label", "gold_label")
+    search_fields = ("external_id", "text", "text_hash")
+    list_filter = ("project", "state", "is_test")
+    raw_id_fields = ("import_job", "final_label", "gold_label")
+
+
+@admin.register(models.Round)
+class RoundAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("project", "number", "status", "strategy", "retrain_requested", "items_scored", "created_at")
+    search_fields = ("project__name", "prompt_hash", "adapter_set_hash")
+    list_filter = ("status", "strategy")
+
+
+@admin.register(models.BatchItem)
+class BatchItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("round", "item", "source", "rank", "uncertainty")
+    search_fields = ("item__external_id",)
+    list_filter = ("source",)
+    raw_id_fields = ("round", "item")
+
+
+@admin.register(models.Lease)
+class LeaseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "annotator", "created_at", "expires_at")
+    search_fields = ("item__external_id", "annotator__username")
+    raw_id_fields = ("item",)
+
+
+@admin.register(models.Annotation)
+class AnnotationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "annotator", "label", "round", "seconds_spent", "revisions", "created_at")
+    search_fields = ("item__external_id", "annotator__username", "label__name")
+    list_filter = ("label__project",)
+    raw_id_fields = ("item", "round")
+
+
+@admin.register(models.Skip)
+class SkipAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "annotator", "reason", "resolved", "created_at")
+    search_fields = ("item__external_id", "annotator__username", "reason")
+    list_filter = ("resolved",)
+    raw_id_fields = ("item",)
+
+
+@admin.register(models.Adjudication)
+class AdjudicationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "label", "decided_by", "decided_at")
+    search_fields = ("item__external_id", "decided_by__username", "note")
+    raw_id_fields = ("item",)
+
+
+@admin.register(models.AdapterVersion)
+class AdapterVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("project", "round", "arm", "k", "n_labels", "content_hash", "created_at")
+    search_fields = ("project__name", "content_hash", "path")
+    list_filter = ("arm",)
+
+
+@admin.register(models.ScoreShard)
+class ScoreShardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("round", "shard", "n_shards", "status", "n_items", "attempts", "worker", "seconds")
+    search_fields = ("worker", "error")
+    list_filter = ("status",)
+
+
+@admin.register(models.Prediction)
+class PredictionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "label", "mass", "uncertainty", "round", "created_at")
+    search_fields = ("item__external_id", "prompt_hash", "adapter_set_hash")
+    raw_id_fields = ("item", "round")
+
+
+@admin.register(models.ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("user", "name", "created_at")
+    search_fields = ("user__username", "name")
+    readonly_fields = ("digest",)

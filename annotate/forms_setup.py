@@ -258,28 +258,29 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             self.add_error("model_dir", f"cannot load a tokenizer from {directory}: {exc}")
             return labels
         names = [lab.name for lab in labels]
-        if any(not lab.code for lab in labels):
-            proposed = suggest_codes(tokenizer, names)
-            labels = [
-                lab if lab.code else LabelInput(lab.name, code, lab.description)
-                for lab, code in zip(labels, proposed, strict=True)
-            ]
         try:
+            if any(not lab.code for lab in labels):
+                proposed = suggest_codes(tokenizer, names)
+                labels = [
+                    lab if lab.code else LabelInput(lab.name, code, lab.description)
+                    for lab, code in zip(labels, proposed, strict=True)
+                ]
             label_token_ids(tokenizer, [lab.code for lab in labels], names)
         except LabelCodeError as exc:
             self.collisions = list(exc.collisions)
             self.suggested_codes = dict(exc.suggestions)
-            self.add_error("labels_text", self._collision_message(exc))
+            self.add_error("labels_text", self._code_error_message(exc))
             self._prefill(labels)
         return labels
 
-    def _collision_message(self, exc: Any) -> str:
-        pairs = "; ".join(f"“{a}” and “{b}”" for a, b in self.collisions)
-        head = f"These labels' codes collide: {pairs}." if pairs else f"Some codes do not work: {exc}."
+    def _code_error_message(self, exc: Any) -> str:
+        problems = [f"“{a}” and “{b}” share a first token" for a, b in self.collisions]
+        problems += [f"the code of “{name}” is not a single token" for name in getattr(exc, "multi_token", [])]
+        head = f"These label codes do not work: {'; '.join(problems)}." if problems else f"{exc}."
         if not self.suggested_codes:
             return head
         proposal = ", ".join(f"{name} → {code}" for name, code in self.suggested_codes.items())
-        return f"{head} Suggested codes (filled in below, check them and save again): {proposal}."
+        return f"{head} Suggested codes (filled in below; check them and save again): {proposal}."
 
     def _prefill(self, labels: list[LabelInput]) -> None:
         fixed = [LabelInput(lab.name, self.suggested_codes.get(lab.name, lab.code), lab.description) for lab in labels]

@@ -2,10 +2,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from annotate.views import home, lead, ml, setup
+from annotate.views import annotator, home, lead, ml, setup
 
 urlpatterns = [
     path("", home.home, name="home"),
+    # Annotators
+    path("p/<int:project_id>/annotate/", annotator.annotate, name="annotate"),
+    path("p/<int:project_id>/annotate/test/", annotator.annotate, {"queue": "test"}, name="annotate_test"),
+    path("p/<int:project_id>/annotate/label/", annotator.annotate_label, name="annotate_label"),
+    path("p/<int:project_id>/annotate/skip/", annotator.annotate_skip, name="annotate_skip"),
+    path("p/<int:project_id>/annotate/undo/", annotator.annotate_undo, name="annotate_undo"),
+    path("p/<int:project_id>/guidelines/", annotator.annotate_guidelines, name="annotate_guidelines"),
     # Project setup (ml)
     path("setup/new/", setup.setup_new, name="setup_new"),
     path("p/<int:project_id>/setup/", setup.project_setup, name="project_setup"),

@@ -59,6 +59,10 @@ class PairConfusion:
     matrix: list[list[int]]  # rows: a's label, columns: b's label
     n_items: int
 
+    @property
+    def rows(self) -> list[tuple[str, list[int]]]:
+        return list(zip(self.labels, self.matrix, strict=True))
+
 
 @dataclass(frozen=True)
 class Throughput:

@@ -26,16 +26,20 @@ def _count(qs: QuerySet) -> Coalesce:  # type: ignore[type-arg]
     return Coalesce(Subquery(qs.values("n")[:1], output_field=IntegerField()), 0)
 
 
-def rounds_with_progress(*, project: Project) -> QuerySet[Round]:
-    """Newest first, each with batch_size and labels_collected (subqueries: no join fan-out)."""
+def rounds_with_progress(*, project: Project) -> list[Round]:
+    """Newest first, each with batch_size, labels_collected (subqueries: no join fan-out) and
+    metric_rows (see metric_summary)."""
     batch = BatchItem.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
     labels = Annotation.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
-    return (
+    rounds = list(
         Round.objects.filter(project=project)
         .select_related("requested_by")
         .annotate(batch_size=_count(batch), labels_collected=_count(labels))
         .order_by("-number")
     )
+    for r in rounds:
+        r.metric_rows = metric_summary(r.metrics)  # type: ignore[attr-defined]
+    return rounds
 
 
 def any_round_active(*, project: Project) -> bool:
@@ -57,6 +61,20 @@ def learning_curve_data_uri(*, project: Project) -> str | None:
     return None
 
 
-def scalar_metrics(metrics: dict[str, object]) -> list[tuple[str, object]]:
-    """The round's top-level numeric metrics (accuracy, macro_f1, ...) for the round table."""
-    return [(k, v) for k, v in sorted(metrics.items()) if isinstance(v, int | float) and not isinstance(v, bool)]
+def metric_summary(metrics: object, *, limit: int = 8) -> list[tuple[str, float]]:
+    """Numeric leaves of a round's metrics, two levels deep ("active.accuracy"), for the round table."""
+    out: list[tuple[str, float]] = []
+    if not isinstance(metrics, dict):
+        return out
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out.append((str(key), float(value)))
+        elif isinstance(value, dict):
+            out.extend(
+                (f"{key}.{sub}", float(v))
+                for sub, v in value.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            )
+    return out[:limit]

@@ -1,0 +1,52 @@
+"""Annotator forms (the lead/ML/setup forms live in annotate/forms_setup.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from annotate.models import Item, Label, Project, Skip
+from annotate.services.labeling import MAX_SECONDS_SPENT, QUEUES
+
+QUEUE_CHOICES = [(q, q) for q in QUEUES]
+
+
+class _ItemForm(forms.Form):
+    item = forms.ModelChoiceField(
+        queryset=Item.objects.none(), error_messages={"invalid_choice": "unknown item: it is not in this project"}
+    )
+    queue = forms.ChoiceField(choices=QUEUE_CHOICES, required=False)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["item"].queryset = Item.objects.filter(project=project)  # type: ignore[attr-defined]
+
+    def clean_queue(self) -> str:
+        return self.cleaned_data.get("queue") or "batch"
+
+
+class LabelForm(_ItemForm):
+    label = forms.ModelChoiceField(
+        queryset=Label.objects.none(),
+        error_messages={"invalid_choice": "unknown label: choose one of this project's labels"},
+    )
+    revise = forms.BooleanField(required=False)  # set on the undo screen: update my existing label
+    # Seconds the item was on screen, measured by annotate.js; without JS the lease's age is used.
+    # Lenient: a garbled timing must never cost the label, it just falls back to the lease's age.
+    seconds = forms.CharField(required=False)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, project=project, **kwargs)
+        self.fields["label"].queryset = Label.objects.filter(project=project)  # type: ignore[attr-defined]
+
+    def clean_seconds(self) -> float | None:
+        try:
+            seconds = float(self.cleaned_data.get("seconds") or "")
+        except ValueError:
+            return None
+        return seconds if 0 <= seconds <= MAX_SECONDS_SPENT else None
+
+
+class SkipForm(_ItemForm):
+    reason = forms.CharField(required=False, max_length=Skip._meta.get_field("reason").max_length)

@@ -1,0 +1,154 @@
+"""Annotator pages: one item at a time, label / skip / undo, keyboard first, htmx swaps the panel.
+
+Without JavaScript every action is a plain form POST answered by a redirect to the queue (PRG); with
+htmx the POST answers the panel partial with the next item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from annotate.forms import LabelForm, SkipForm
+from annotate.models import Annotation, Item, Project
+from annotate.roles import ANNOTATOR, LEAD, role_required
+from annotate.selectors.labeling import guidelines_html, label_buttons, progress_for, suggestion_for
+from annotate.services.labeling import (
+    AlreadyLabelled,
+    LabelingError,
+    Queue,
+    label_submit,
+    label_undo,
+    next_item_for,
+    skip_submit,
+)
+
+TEMPLATE = "annotate/annotate.html"
+
+
+def _queue(value: str | None) -> Queue:
+    return "test" if value == "test" else "batch"
+
+
+def _queue_url(project: Project, queue: Queue) -> str:
+    return reverse("annotate_test" if queue == "test" else "annotate", args=[project.pk])
+
+
+def _panel(
+    request: HttpRequest,
+    project: Project,
+    queue: Queue,
+    *,
+    item: Item | None = None,
+    revising: Annotation | None = None,
+    saved: Annotation | None = None,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """The annotate page, or only its panel for htmx. Without `item` (and not revising), the next one."""
+    if item is None and revising is None:
+        item = next_item_for(project=project, annotator=request.user, queue=queue)
+    shown = revising.item if revising is not None else item
+    context: dict[str, Any] = {
+        "project": project,
+        "queue": queue,
+        "queue_url": _queue_url(project, queue),
+        "item": shown,
+        "revising": revising,
+        "saved": saved,
+        "error": error,
+        "buttons": label_buttons(project=project),
+        "suggestion": suggestion_for(item=shown) if shown is not None else None,
+        "progress": progress_for(project=project, annotator=request.user),
+    }
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, f"{TEMPLATE}#panel", context, status=status)
+    context["guidelines"] = guidelines_html(project=project)
+    return render(request, TEMPLATE, context, status=status)
+
+
+def _done(request: HttpRequest, project: Project, queue: Queue, saved: Annotation | None, note: str) -> HttpResponse:
+    if request.htmx:  # type: ignore[attr-defined]
+        return _panel(request, project, queue, saved=saved)
+    messages.success(request, note)
+    response = redirect(_queue_url(project, queue))
+    response.status_code = 303  # See Other: the browser GETs the queue; a reload never re-POSTs
+    return response
+
+
+def _form_error(form: LabelForm | SkipForm) -> str:
+    return "; ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+@role_required(ANNOTATOR, LEAD)
+@require_GET
+def annotate(request: HttpRequest, project_id: int, queue: str = "batch") -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    return _panel(request, project, _queue(queue))
+
+
+@role_required(ANNOTATOR, LEAD)
+@require_POST
+def annotate_label(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = LabelForm(request.POST, project=project)
+    queue = _queue(request.POST.get("queue"))
+    if not form.is_valid():
+        return _panel(request, project, queue, error=_form_error(form), status=400)
+    data = form.cleaned_data
+    try:
+        annotation = label_submit(
+            item=data["item"],
+            annotator=request.user,
+            label=data["label"],
+            seconds_spent=data["seconds"],
+            revise=data["revise"],
+        )
+    except AlreadyLabelled as exc:
+        return _panel(request, project, queue, error=str(exc), status=409)
+    except LabelingError as exc:
+        return _panel(request, project, queue, error=str(exc), status=400)
+    return _done(request, project, queue, annotation, f"Saved “{annotation.label.name}”. Press u to revise it.")
+
+
+@role_required(ANNOTATOR, LEAD)
+@require_POST
+def annotate_skip(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = SkipForm(request.POST, project=project)
+    queue = _queue(request.POST.get("queue"))
+    if not form.is_valid():
+        return _panel(request, project, queue, error=_form_error(form), status=400)
+    try:
+        skip_submit(item=form.cleaned_data["item"], annotator=request.user, reason=form.cleaned_data["reason"])
+    except LabelingError as exc:
+        return _panel(request, project, queue, error=str(exc), status=409)
+    return _done(request, project, queue, None, "Skipped. A lead will look at it.")
+
+
+@role_required(ANNOTATOR, LEAD)
+@require_GET
+def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Show my last labelled item again, its label highlighted; choosing a label revises it."""
+    project = get_object_or_404(Project, pk=project_id)
+    queue = _queue(request.GET.get("queue"))
+    last = label_undo(annotator=request.user, project=project, queue=queue)
+    if last is None:
+        return _panel(request, project, queue, error="nothing to undo yet")
+    return _panel(request, project, queue, revising=last)
+
+
+@role_required(ANNOTATOR, LEAD)
+@require_GET
+def annotate_guidelines(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    queue = _queue(request.GET.get("queue"))
+    context = {"project": project, "guidelines": guidelines_html(project=project), "queue_url": _queue_url(project, queue)}
+    return render(request, "annotate/annotate_guidelines.html", context)
+
+
+__all__ = ["annotate", "annotate_guidelines", "annotate_label", "annotate_skip", "annotate_undo"]

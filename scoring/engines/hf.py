@@ -1,0 +1,184 @@
+"""transformers + PEFT engine: CPU or GPU, batched by length, shared-prefix KV cache.
+
+The prefix's KV cache is computed once per (adapter version, prompt) and expanded over every batch,
+so the model only runs the item tokens. Suffixes are right-padded; the logits are taken at each
+row's last real token, from a log-softmax over the whole vocabulary (label mass = Σ exp over the
+label tokens). ``prefix_cache=False`` runs the plain full prompt instead (the parity reference).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scoring.engines.base import AdapterRef, ScoreResult, distribution_from_logprobs, validate_adapters
+
+if TYPE_CHECKING:
+    from scoring.prompts import PromptRenderer
+
+KV = list[tuple[Any, Any]]  # per layer (keys, values), each [1, kv_heads, P, head_dim]
+
+
+class HFEngine:
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        device: str | None = None,
+        dtype: str = "auto",
+        batch_size: int = 64,
+        max_batch_tokens: int | None = None,
+        prefix_cache: bool = True,
+        max_cached_prefixes: int = 16,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        on_gpu = self.device.startswith("cuda")
+        # float32 on CPU (bf16 matmuls are slow there and the parity test wants 1e-4); bf16 on GPU like vLLM.
+        torch_dtype = getattr(torch, dtype) if dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(self.device).eval()
+        self.model: Any = self.base  # becomes a PeftModel (wrapping self.base in place) once an adapter loads
+        self.batch_size = batch_size  # rows per forward; bounded again by max_batch_tokens
+        # Rows × (prefix + padded suffix) per forward: the expanded prefix KV dominates activation memory.
+        self.max_batch_tokens = max_batch_tokens or (262_144 if on_gpu else 16_384)
+        self.prefix_cache = prefix_cache
+        self.max_cached_prefixes = max_cached_prefixes
+        self._kv: OrderedDict[tuple[str, str], KV] = OrderedDict()
+        self._loaded: set[tuple[str, int]] = set()
+        decoder = self.base.get_decoder()
+        self._cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+        self.last_timings: dict[str, float] = {}
+
+    # -- adapters -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _peft_name(adapter: AdapterRef) -> str:
+        return f"a{adapter.int_id}"  # ids are unique per adapter version; names may hold characters PEFT rejects
+
+    def _load(self, adapter: AdapterRef) -> None:
+        from peft import PeftModel
+
+        if (adapter.name, adapter.int_id) in self._loaded:
+            return
+        name = self._peft_name(adapter)
+        if isinstance(self.model, PeftModel):
+            self.model.load_adapter(adapter.path, adapter_name=name, is_trainable=False)
+        else:
+            self.model = PeftModel.from_pretrained(self.base, adapter.path, adapter_name=name, is_trainable=False)
+        self.model.eval()
+        self._loaded.add((adapter.name, adapter.int_id))
+
+    @contextlib.contextmanager
+    def _active(self, adapter: AdapterRef | None) -> Iterator[None]:
+        if adapter is None:
+            ctx = self.model.disable_adapter() if self.model is not self.base else contextlib.nullcontext()
+            with ctx:
+                yield
+            return
+        self._load(adapter)
+        self.model.set_adapter(self._peft_name(adapter))
+        yield
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def _prefix_kv(self, renderer: PromptRenderer, key: str) -> KV:
+        import torch
+
+        cache_key = (key, renderer.prompt_hash)
+        if cache_key not in self._kv:
+            ids = torch.tensor([renderer.prefix_ids], device=self.device)
+            out = self.base.get_decoder()(input_ids=ids, use_cache=True)
+            cache = getattr(out, "cache", None) or out.past_key_values
+            self._kv[cache_key] = [(layer.keys, layer.values) for layer in cache.layers]
+            while len(self._kv) > self.max_cached_prefixes:
+                self._kv.popitem(last=False)
+        self._kv.move_to_end(cache_key)
+        return self._kv[cache_key]
+
+    def _forward_last(self, rows: Sequence[list[int]], kv: KV | None, label_ids: Any) -> np.ndarray:
+        """Label log-probs at each row's last real token. ``kv`` = the prefix cache (rows are suffixes)
+        or None (rows are full prompts)."""
+        import torch
+        from transformers import DynamicCache
+
+        n_rows, width = len(rows), max(len(r) for r in rows)
+        past = 0 if kv is None else int(kv[0][0].shape[-2])
+        ids = torch.zeros((n_rows, width), dtype=torch.long)
+        mask = torch.zeros((n_rows, past + width), dtype=torch.long)
+        mask[:, :past] = 1
+        lengths = torch.tensor([len(r) for r in rows])
+        for j, row in enumerate(rows):
+            ids[j, : len(row)] = torch.tensor(row)
+            mask[j, past : past + len(row)] = 1
+        positions = (past + torch.arange(width)).expand(n_rows, width)
+        kwargs: dict[str, Any] = {}
+        if kv is not None:
+            expanded = [(k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1)) for k, v in kv]
+            kwargs = {self._cache_kw: DynamicCache(ddp_cache_data=expanded), "use_cache": True}
+        hidden = self.base.get_decoder()(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            **kwargs,
+        ).last_hidden_state
+        last = hidden[torch.arange(n_rows, device=self.device), (lengths - 1).to(self.device)]
+        logits = self.base.get_output_embeddings()(last).float()
+        return torch.log_softmax(logits, dim=-1)[:, label_ids].cpu().numpy()
+
+    def _batches(self, lengths: np.ndarray, past: int) -> Iterator[np.ndarray]:
+        """Indices grouped by similar length (sorted), within the row and token budgets."""
+        order = np.argsort(lengths, kind="stable")
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while (
+                end < len(order)
+                and end - start < self.batch_size
+                and (end - start + 1) * (past + int(lengths[order[end]])) <= self.max_batch_tokens
+            ):
+                end += 1
+            yield order[start:end]
+            start = end
+
+    def _label_logprobs(self, renderer: PromptRenderer, suffix_ids: list[list[int]], key: str) -> tuple[np.ndarray, int]:
+        import torch
+
+        label_ids = torch.tensor(renderer.label_token_ids, device=self.device)
+        kv = self._prefix_kv(renderer, key) if self.prefix_cache else None
+        rows = suffix_ids if kv is not None else [renderer.prefix_ids + s for s in suffix_ids]
+        lengths = np.array([len(r) for r in rows])
+        out = np.empty((len(rows), len(renderer.label_token_ids)), dtype=np.float32)
+        for idx in self._batches(lengths, len(renderer.prefix_ids) if kv is not None else 0):
+            out[idx] = self._forward_last([rows[i] for i in idx], kv, label_ids)
+        return out, int(lengths.sum())
+
+    def score(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> ScoreResult:
+        import torch
+
+        validate_adapters(adapters)
+        t0 = time.perf_counter()
+        batch = renderer.render(texts)
+        t1 = time.perf_counter()
+        n_labels = len(renderer.label_token_ids)
+        logp = np.empty((max(1, len(adapters)), len(texts), n_labels), dtype=np.float32)
+        computed = 0
+        with torch.inference_mode():
+            for k, adapter in enumerate(adapters or [None]):
+                key = "base" if adapter is None else f"{adapter.name}#{adapter.int_id}"
+                with self._active(adapter):
+                    if texts:
+                        logp[k], tokens = self._label_logprobs(renderer, batch.suffix_ids, key)
+                        computed += tokens
+        p, mass = distribution_from_logprobs(logp)
+        t2 = time.perf_counter()
+        self.last_timings = {"render_s": t1 - t0, "forward_s": t2 - t1}
+        prompt_tokens = sum(len(renderer.prefix_ids) + len(s) for s in batch.suffix_ids)
+        return ScoreResult(p=p, mass=mass, truncated=batch.truncated, tokens=prompt_tokens, computed_tokens=computed)

@@ -1,0 +1,183 @@
+"""vLLM engine: offline ``LLM`` with multi-LoRA and automatic prefix caching.
+
+Prompts are pre-tokenized (prefix ids + batch-tokenized suffix ids) so the main process never
+tokenizes per request; one ``generate`` call scores all K adapters (N × K requests, each with its
+LoRARequest), asking for one token with ``logprob_token_ids`` = the label token ids: vLLM returns
+their log-probabilities under the full vocabulary, which gives both the label distribution and the
+label mass. vLLM is imported inside functions only; the pure helpers below (request building, output
+conversion, metrics) are unit-tested with fake objects shaped like vLLM's.
+
+On a GPU worker, vLLM must start before the process does torch CPU work, with
+VLLM_WORKER_MULTIPROC_METHOD=spawn and the caller's work under ``if __name__ == "__main__":``
+(see ../shared/device/README.md: otherwise engine start hangs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scoring.engines.base import AdapterRef, ScoreResult, distribution_from_logprobs, validate_adapters
+
+if TYPE_CHECKING:
+    from scoring.prompts import PromptRenderer
+
+
+def build_requests(
+    prefix_ids: Sequence[int],
+    suffix_ids: Sequence[Sequence[int]],
+    adapters: Sequence[AdapterRef],
+    make_lora: Callable[[str, int, str], Any] | None,
+) -> tuple[list[dict[str, list[int]]], list[Any] | None]:
+    """TokensPrompt dicts (adapter-major: request k·N + i is item i under adapter k) and the matching
+    list of LoRA requests (None for the base model). One LoRA request object per adapter, shared by
+    its N prompts; the token id lists are shared across adapters (vLLM only reads them)."""
+    prefix = list(prefix_ids)
+    full = [prefix + list(s) for s in suffix_ids]
+    if not adapters:
+        return [{"prompt_token_ids": ids} for ids in full], None
+    if make_lora is None:
+        raise ValueError("make_lora is required when adapters are given")
+    loras = [make_lora(a.name, a.int_id, a.path) for a in adapters]
+    prompts = [{"prompt_token_ids": ids} for _ in adapters for ids in full]
+    return prompts, [lora for lora in loras for _ in full]
+
+
+def _position_zero(logprobs: Any) -> Iterable[tuple[int, float]]:
+    """(token id, logprob) pairs of the first generated position, from FlatLogprobs (flat_logprobs=True:
+    parallel token_ids/logprobs lists with start/end indices per position) or list[dict[int, Logprob]]."""
+    starts = getattr(logprobs, "start_indices", None)
+    ends = getattr(logprobs, "end_indices", None)
+    token_ids = getattr(logprobs, "token_ids", None)
+    values = getattr(logprobs, "logprobs", None)
+    if starts is not None and ends is not None and token_ids is not None and values is not None:
+        s, e = int(starts[0]), int(ends[0])
+        return zip((int(t) for t in token_ids[s:e]), (float(v) for v in values[s:e]), strict=True)
+    first = logprobs[0]
+    return ((int(t), float(getattr(lp, "logprob", lp))) for t, lp in first.items())
+
+
+def outputs_to_label_logprobs(outputs: Sequence[Any], label_ids: Sequence[int], n_items: int) -> np.ndarray:
+    """RequestOutputs (in request order, adapter-major) → float32[K, N, C] label log-probs.
+
+    The sampled token is reported too (it may or may not be a label); only label ids are kept.
+    A label vLLM did not report would be a bug in the request, so it raises instead of guessing."""
+    if n_items == 0 or len(outputs) % n_items:
+        raise ValueError(f"{len(outputs)} outputs do not split into adapters of {n_items} items")
+    column = {tid: c for c, tid in enumerate(label_ids)}
+    flat = np.full((len(outputs), len(label_ids)), np.nan, dtype=np.float32)
+    for r, output in enumerate(outputs):
+        row = flat[r]
+        for tid, value in _position_zero(output.outputs[0].logprobs):
+            c = column.get(tid)
+            if c is not None:
+                row[c] = value
+    if np.isnan(flat).any():
+        missing = int(np.isnan(flat).any(axis=1).sum())
+        raise RuntimeError(f"vLLM returned no logprob for some label tokens in {missing} requests")
+    return flat.reshape(len(outputs) // n_items, n_items, len(label_ids))
+
+
+def prefix_cache_counts(metrics: Iterable[Any]) -> tuple[float, float]:
+    """(queried tokens, hit tokens) of the GPU prefix cache from ``llm.get_metrics()`` (needs
+    disable_log_stats=False). Hit rate = hits / queries over a window: subtract two snapshots."""
+    queries = hits = 0.0
+    for metric in metrics:
+        name = str(getattr(metric, "name", ""))
+        value = getattr(metric, "value", None)
+        if not isinstance(value, int | float) or "external" in name or "connector" in name:
+            continue
+        short = name.split(":")[-1].removesuffix("_total").removeprefix("gpu_")
+        if short == "prefix_cache_queries":
+            queries += float(value)
+        elif short == "prefix_cache_hits":
+            hits += float(value)
+    return queries, hits
+
+
+class VLLMEngine:
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        enable_lora: bool = True,
+        max_lora_rank: int = 16,
+        max_loras: int = 4,
+        max_num_seqs: int = 1024,
+        max_num_batched_tokens: int = 65_536,
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int = 2048,
+        dtype: str = "bfloat16",
+        enforce_eager: bool = False,
+        disable_log_stats: bool = True,
+        seed: int = 0,
+    ) -> None:
+        from vllm import LLM
+
+        self.enable_lora = enable_lora
+        self.llm = LLM(
+            model=model_dir,
+            tokenizer=model_dir,
+            dtype=dtype,  # the checkpoint is bf16 (dequantized GGUF); fp32 would halve throughput for nothing
+            seed=seed,
+            max_model_len=max_model_len,  # = the renderer's max_context: longer items are truncated before us
+            enable_prefix_caching=True,  # the ~800-token instruction + few-shot prefix is shared by every request
+            enable_lora=enable_lora,
+            # LoRA adapters are rank 8 (training default); 16 leaves headroom without padding the kernels much.
+            max_lora_rank=max_lora_rank,
+            # The whole ensemble (K=4) resident at once, so one generate call mixes all adapters in a batch.
+            max_loras=max_loras,
+            # Scoring is prefill-only (max_tokens=1): many short-lived sequences per step keep the GPU fed;
+            # at 1024 the scheduler, not the GPU, was the limit in the device measurements.
+            max_num_seqs=max_num_seqs,
+            # Per-step token budget: with ~90% prefix hits a step holds ~1024 × ~100 new tokens; 64k fits
+            # that and keeps a cold-cache step (full 900-token prompts) from stalling.
+            max_num_batched_tokens=max_num_batched_tokens,
+            # Half the GPU: a 135M model needs little, and the rest stays free for training/HF parity runs.
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,  # True skips torch.compile + CUDA graphs (faster start, slower steps)
+            disable_log_stats=disable_log_stats,  # False is required for get_metrics() (prefix-cache hit rate)
+        )
+        self.last_timings: dict[str, float] = {}
+
+    def _sampling_params(self, label_ids: Sequence[int]) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            max_tokens=1,  # the label code is the next token; nothing else is generated
+            temperature=0.0,  # greedy: no sampler randomness (the reported logprobs are raw either way)
+            logprob_token_ids=list(label_ids),  # full-vocabulary logprobs of exactly these ids (≤ 128)
+            flat_logprobs=True,  # flat lists instead of a dict + Logprob object per token: less GC
+            detokenize=False,  # no text output is needed
+        )
+
+    def score(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> ScoreResult:
+        from vllm.lora.request import LoRARequest
+
+        validate_adapters(adapters)
+        if adapters and not self.enable_lora:
+            raise ValueError("this engine was started with enable_lora=False")
+        if not texts:
+            empty = np.zeros((max(1, len(adapters)), 0, len(renderer.label_token_ids)), dtype=np.float32)
+            return ScoreResult(p=empty, mass=empty[..., 0], truncated=np.zeros(0, dtype=bool), tokens=0)
+        t0 = time.perf_counter()
+        batch = renderer.render(texts)
+        t1 = time.perf_counter()
+        prompts, loras = build_requests(renderer.prefix_ids, batch.suffix_ids, adapters, LoRARequest)
+        params = self._sampling_params(renderer.label_token_ids)
+        t2 = time.perf_counter()
+        outputs = self.llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
+        t3 = time.perf_counter()
+        logp = outputs_to_label_logprobs(outputs, renderer.label_token_ids, len(texts))
+        p, mass = distribution_from_logprobs(logp)
+        t4 = time.perf_counter()
+        self.last_timings = {"render_s": t1 - t0, "build_s": t2 - t1, "generate_s": t3 - t2, "convert_s": t4 - t3}
+        tokens = sum(len(renderer.prefix_ids) + len(s) for s in batch.suffix_ids)
+        # computed_tokens stays 0 (unknown): vLLM's prefix cache decides; see prefix_cache_counts().
+        return ScoreResult(p=p, mass=mass, truncated=batch.truncated, tokens=tokens)
+
+    def prefix_cache_counts(self) -> tuple[float, float]:
+        return prefix_cache_counts(self.llm.get_metrics())

@@ -1,0 +1,237 @@
+"""Batch selection: valid, diverse, deterministic batches, and named errors for bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.selection import (
+    Selection,
+    SelectionInputError,
+    kcenter_greedy,
+    label_mass_filter,
+    select_batch,
+    select_cold_start,
+    select_strategy,
+)
+
+FAST = settings(max_examples=60, deadline=None)
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _brute_force_farthest_first(cand: np.ndarray, seeds: np.ndarray, k: int, first: int = 0) -> list[int]:
+    """The textbook definition in float64: recompute every distance from scratch at every step."""
+    cand = cand.astype(np.float64)
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    centres = [s / np.linalg.norm(s) for s in seeds.astype(np.float64)]
+    picks: list[int] = []
+    for _ in range(k):
+        if not centres:
+            best = first
+        else:
+            dist = np.array([min(1 - c @ x for c in centres) for x in cand])
+            dist[picks] = -np.inf
+            best = int(np.argmax(dist))
+        picks.append(best)
+        centres.append(cand[best])
+    return picks
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, float, int]:
+    n = draw(st.integers(1, 40))
+    d = draw(st.integers(2, 6))
+    n_labeled = draw(st.integers(0, 10))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    # Coarse uncertainty values make ties common, which is where determinism usually breaks.
+    u = rng.integers(0, 4, size=n).astype(np.float64)
+    b = draw(st.integers(1, n))
+    m = draw(st.integers(1, 2 * n))
+    share = draw(st.sampled_from([0.0, 0.1, 0.2, 0.5, 1.0]))
+    return u, _unit(rng, n, d), _unit(rng, n_labeled, d), b, m, share, seed
+
+
+@FAST
+@given(pools())
+def test_batch_is_b_distinct_in_range_rows_and_deterministic(pool: tuple) -> None:
+    u, emb, labeled, b, m, share, seed = pool
+    first = select_batch(u, emb, labeled, b=b, m=m, random_share=share, rng=seed)
+    again = select_batch(u, emb, labeled, b=b, m=m, random_share=share, rng=seed)
+
+    assert len(first.indices) == b == len(np.unique(first.indices))
+    assert first.indices.min() >= 0 and first.indices.max() < len(u)
+    assert first.is_random.sum() == int(np.floor(share * b + 0.5))
+    np.testing.assert_array_equal(first.indices, again.indices)
+    np.testing.assert_array_equal(first.is_random, again.is_random)
+
+
+@FAST
+@given(pools())
+def test_non_random_picks_come_from_the_top_m_most_uncertain(pool: tuple) -> None:
+    u, emb, labeled, b, m, share, seed = pool
+    sel = select_batch(u, emb, labeled, b=b, m=m, random_share=share, rng=seed)
+    rest = np.setdiff1d(np.arange(len(u)), sel.indices[sel.is_random])
+    m_eff = min(max(m, b), len(rest))
+    cutoff = np.sort(u[rest])[::-1][m_eff - 1]
+    assert (u[sel.indices[~sel.is_random]] >= cutoff).all()
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1), st.integers(1, 25), st.integers(0, 8), st.integers(2, 5))
+def test_kcenter_matches_brute_force_farthest_first(seed: int, n: int, n_seeds: int, d: int) -> None:
+    rng = np.random.default_rng(seed)
+    cand, seeds = _unit(rng, n, d), _unit(rng, n_seeds, d)
+    k = int(rng.integers(1, n + 1))
+    first = int(rng.integers(n))
+
+    picks = kcenter_greedy(cand, seeds, k, device="cpu", first=first)
+
+    expected = _brute_force_farthest_first(cand, seeds, k, first=first)
+    # Exact equality unless two distances tie within float32 rounding; then check the property.
+    for step, pick in enumerate(picks):
+        if pick != expected[step]:
+            centres = np.concatenate([seeds, cand[picks[:step]]]).astype(np.float64)
+            dist = 1 - (cand.astype(np.float64) @ centres.T).max(axis=1)
+            dist[picks[:step]] = -np.inf
+            assert dist[pick] >= dist.max() - 1e-5
+            break
+    assert len(set(picks.tolist())) == k
+
+
+def test_kcenter_spreads_out_instead_of_picking_near_duplicates() -> None:
+    rng = np.random.default_rng(0)
+    centre = _unit(rng, 1, 16)
+    clump = centre + 0.01 * rng.standard_normal((50, 16)).astype(np.float32)
+    far = _unit(rng, 5, 16)
+    cand = np.concatenate([clump, far])
+    picks = kcenter_greedy(cand, np.empty((0, 16), np.float32), 6, device="cpu")
+    assert sum(p < 50 for p in picks) == 1  # one item from the clump, then the five far ones
+
+
+def test_empty_labeled_set_starts_from_the_most_uncertain_candidate() -> None:
+    rng = np.random.default_rng(1)
+    emb = _unit(rng, 30, 8)
+    u = np.linspace(0, 1, 30)
+    sel = select_batch(u, emb, np.empty((0, 8), np.float32), b=5, m=10, random_share=0.0, rng=0)
+    assert sel.indices[0] == 29
+    assert set(sel.indices) <= set(range(20, 30))
+
+
+def test_all_equal_uncertainty_is_a_seeded_tie_break() -> None:
+    rng = np.random.default_rng(2)
+    emb, labeled = _unit(rng, 200, 8), _unit(rng, 5, 8)
+    u = np.full(200, 0.5)
+    a = select_batch(u, emb, labeled, b=10, m=20, random_share=0.0, rng=7)
+    b = select_batch(u, emb, labeled, b=10, m=20, random_share=0.0, rng=7)
+    c = select_batch(u, emb, labeled, b=10, m=20, random_share=0.0, rng=8)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    assert set(a.indices) != set(c.indices)
+
+
+def test_m_below_b_is_clamped_up_to_b() -> None:
+    rng = np.random.default_rng(3)
+    emb, labeled = _unit(rng, 50, 8), _unit(rng, 3, 8)
+    sel = select_batch(rng.random(50), emb, labeled, b=20, m=5, random_share=0.0, rng=0)
+    assert len(np.unique(sel.indices)) == 20
+
+
+def test_whole_pool_batch_returns_every_row() -> None:
+    rng = np.random.default_rng(4)
+    emb = _unit(rng, 12, 4)
+    sel = select_batch(rng.random(12), emb, emb[:2], b=12, m=3, random_share=0.25, rng=0)
+    assert sorted(sel.indices.tolist()) == list(range(12))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"uncertainty": np.array([0.1, np.nan, 0.3, 0.4])}, "NaN"),
+        ({"uncertainty": np.array([0.1, np.inf, 0.3, 0.4])}, "NaN or inf"),
+        ({"emb": np.full((4, 3), np.nan, np.float32)}, "emb contains NaN"),
+        ({"labeled_emb": np.full((1, 3), np.nan, np.float32)}, "labeled_emb contains NaN"),
+        ({"uncertainty": np.zeros(5)}, "5 rows"),
+        ({"labeled_emb": np.ones((2, 4), np.float32)}, "dimension 4"),
+        ({"b": 5}, "exceeds"),
+        ({"b": 0}, "positive"),
+        ({"m": 0}, "positive"),
+        ({"random_share": 1.5}, "random_share"),
+        ({"emb": np.zeros((4, 3), np.float32)}, "all-zero"),
+    ],
+)
+def test_bad_inputs_raise_the_named_error(change: dict, message: str) -> None:
+    args = {
+        "uncertainty": np.array([0.1, 0.2, 0.3, 0.4]),
+        "emb": np.eye(4, 3, dtype=np.float32) + 0.1,
+        "labeled_emb": np.ones((1, 3), np.float32),
+        "b": 2,
+        "m": 3,
+        "random_share": 0.0,
+    }
+    args.update(change)
+    with pytest.raises(SelectionInputError, match=message):
+        select_batch(args.pop("uncertainty"), args.pop("emb"), args.pop("labeled_emb"), rng=0, **args)
+
+
+def test_selection_input_error_is_a_value_error() -> None:
+    assert issubclass(SelectionInputError, ValueError)
+
+
+def test_chunked_similarity_equals_one_big_tile() -> None:
+    rng = np.random.default_rng(5)
+    cand, seeds = _unit(rng, 300, 16), _unit(rng, 250, 16)
+    np.testing.assert_array_equal(
+        kcenter_greedy(cand, seeds, 40, device="cpu", chunk=7),
+        kcenter_greedy(cand, seeds, 40, device="cpu", chunk=4096),
+    )
+
+
+@pytest.mark.parametrize("mode", ["random", "diversity"])
+def test_cold_start_modes(mode: str) -> None:
+    rng = np.random.default_rng(6)
+    emb = _unit(rng, 100, 8)
+    sel = select_cold_start(emb, np.empty((0, 8), np.float32), b=10, rng=3, mode=mode)  # type: ignore[arg-type]
+    again = select_cold_start(emb, np.empty((0, 8), np.float32), b=10, rng=3, mode=mode)  # type: ignore[arg-type]
+    assert len(np.unique(sel.indices)) == 10
+    assert sel.is_random.all() == (mode == "random")
+    np.testing.assert_array_equal(sel.indices, again.indices)
+
+
+@pytest.mark.parametrize("name", ["active", "random", "uncertainty-only", "kcenter-only"])
+def test_every_strategy_returns_a_valid_batch(name: str) -> None:
+    rng = np.random.default_rng(7)
+    emb, labeled, u = _unit(rng, 80, 8), _unit(rng, 4, 8), rng.random(80)
+    sel = select_strategy(name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0)  # type: ignore[arg-type]
+    assert isinstance(sel, Selection)
+    assert len(np.unique(sel.indices)) == 8
+    if name == "uncertainty-only":
+        assert set(sel.indices) == set(np.argsort(-u)[:8])
+
+
+def test_unknown_strategy_is_rejected() -> None:
+    with pytest.raises(SelectionInputError, match="unknown strategy"):
+        select_strategy(
+            "greedy",
+            np.zeros(3),
+            np.eye(3, dtype=np.float32),
+            np.empty((0, 3)),
+            b=1,
+            m=1,  # type: ignore[arg-type]
+            random_share=0.0,
+            rng=0,
+        )
+
+
+def test_label_mass_filter_flags_low_mass_rows() -> None:
+    flags = label_mass_filter(np.array([0.95, 0.2, 0.5, 0.49]), 0.5)
+    assert flags.tolist() == [False, True, False, True]
+    with pytest.raises(SelectionInputError):
+        label_mass_filter(np.array([0.5, np.nan]), 0.5)
+    with pytest.raises(SelectionInputError):
+        label_mass_filter(np.array([0.5]), 2.0)
