@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
-from annotate.views import annotator, home, lead, ml, setup
+from annotate.views import annotator, data, home, lead, ml, setup
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -22,6 +22,14 @@ urlpatterns = [
     path("p/<int:project_id>/lead/items/<int:item_id>/adjudicate/", lead.lead_adjudicate, name="lead_adjudicate"),
     path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
+    # Data in and out
+    path("p/<int:project_id>/import/", data.import_upload, name="import_upload"),
+    path("p/<int:project_id>/import/<int:job_id>/", data.import_status, name="import_status"),
+    re_path(
+        r"^p/(?P<project_id>\d+)/export/(?P<what>labels|predictions)\.(?P<fmt>csv|jsonl)$",
+        data.export_download,
+        name="export_download",
+    ),
     # ML staff
     path("p/<int:project_id>/ml/", ml.ml_home, name="ml_home"),
     path("p/<int:project_id>/ml/rounds/", ml.ml_rounds, name="ml_rounds"),

@@ -116,7 +116,9 @@ class PromptRenderer:
         full = self._chat(SENTINEL)
         item = self.spec.item_template.format(text=SENTINEL)
         if full.count(SENTINEL) != 1 or full.count(item) != 1:
-            raise PrefixMismatchError("the chat template repeats or rewrites the item text; the prompt has no fixed prefix")
+            raise PrefixMismatchError(
+                "the chat template repeats or rewrites the item text; the prompt has no fixed prefix"
+            )
         start = full.index(item)
         return full[:start], full[start + len(item) :]
 
@@ -156,7 +158,8 @@ class PromptRenderer:
         marker and flagged, never dropped. The first ``verify`` items are checked against a full
         chat-template render."""
         suffixes = [self._suffix_text(text) for text in texts]
-        suffix_ids = [list(ids) for ids in self.tokenizer(suffixes, add_special_tokens=False)["input_ids"]] if texts else []
+        encoded = self.tokenizer(suffixes, add_special_tokens=False)["input_ids"] if texts else []
+        suffix_ids = [list(ids) for ids in encoded]
         truncated = np.zeros(len(texts), dtype=bool)
         for i, ids in enumerate(suffix_ids):
             if len(ids) > self.max_suffix:

@@ -147,7 +147,11 @@ def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
 def annotate_guidelines(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
     queue = _queue(request.GET.get("queue"))
-    context = {"project": project, "guidelines": guidelines_html(project=project), "queue_url": _queue_url(project, queue)}
+    context = {
+        "project": project,
+        "guidelines": guidelines_html(project=project),
+        "queue_url": _queue_url(project, queue),
+    }
     return render(request, "annotate/annotate_guidelines.html", context)
 
 

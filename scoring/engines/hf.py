@@ -44,7 +44,8 @@ class HFEngine:
         on_gpu = self.device.startswith("cuda")
         # float32 on CPU (bf16 matmuls are slow there and the parity test wants 1e-4); bf16 on GPU like vLLM.
         torch_dtype = getattr(torch, dtype) if dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)
-        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(self.device).eval()
+        loaded: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype)
+        self.base: Any = loaded.to(self.device).eval()
         self.model: Any = self.base  # becomes a PeftModel (wrapping self.base in place) once an adapter loads
         self.batch_size = batch_size  # rows per forward; bounded again by max_batch_tokens
         # Rows × (prefix + padded suffix) per forward: the expanded prefix KV dominates activation memory.
@@ -148,7 +149,9 @@ class HFEngine:
             yield order[start:end]
             start = end
 
-    def _label_logprobs(self, renderer: PromptRenderer, suffix_ids: list[list[int]], key: str) -> tuple[np.ndarray, int]:
+    def _label_logprobs(
+        self, renderer: PromptRenderer, suffix_ids: list[list[int]], key: str
+    ) -> tuple[np.ndarray, int]:
         import torch
 
         label_ids = torch.tensor(renderer.label_token_ids, device=self.device)

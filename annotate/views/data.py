@@ -1,0 +1,84 @@
+"""Data in and out in the browser: upload an import (runs as a background task, polled progress bar)
+and download label / prediction exports."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django import forms
+from django.conf import settings
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django_htmx.http import HttpResponseStopPolling
+
+from annotate.models import ImportJob, Project
+from annotate.roles import LEAD, ML, role_required
+from annotate.services.exports import export_labels, export_predictions
+from annotate.services.imports import ImportFailed, detect_format, import_create
+
+
+class UploadForm(forms.Form):
+    file = forms.FileField(help_text="CSV or JSONL: text (required), id, label; other columns kept as metadata")
+    gold_for_test = forms.BooleanField(required=False, label="Gold labels (id,label) for test-set items")
+
+    def clean_file(self) -> object:
+        upload = self.cleaned_data["file"]
+        try:
+            detect_format(upload.name)
+        except ImportFailed as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return upload
+
+
+def _store_upload(project: Project, upload: object) -> Path:
+    """Uploads land in a fresh directory each, so two uploads of the same name never collide."""
+    target = settings.UPLOAD_DIR / f"p{project.id}" / uuid.uuid4().hex / Path(upload.name).name  # type: ignore[attr-defined]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("wb") as out:
+        for chunk in upload.chunks():  # type: ignore[attr-defined]
+            out.write(chunk)
+    return target
+
+
+@role_required(ML)
+def import_upload(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    form = UploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        path = _store_upload(project, form.cleaned_data["file"])
+        with transaction.atomic():
+            job = import_create(
+                project=project,
+                path=path,
+                filename=form.cleaned_data["file"].name,
+                user=request.user,
+                gold_for_test=form.cleaned_data["gold_for_test"],
+            )
+        return redirect("import_status", project_id=project.id, job_id=job.id)
+    jobs = ImportJob.objects.filter(project=project).order_by("-created_at")[:10]
+    return render(request, "annotate/import.html", {"project": project, "form": form, "jobs": jobs})
+
+
+@role_required(ML)
+def import_status(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    job = get_object_or_404(ImportJob, pk=job_id, project_id=project_id)
+    context = {"project": job.project, "job": job}
+    if request.htmx:
+        response = render(request, "annotate/import_status.html#job", context)
+        if job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
+            stop = HttpResponseStopPolling(response.content)
+            return stop
+        return response
+    return render(request, "annotate/import_status.html", context)
+
+
+@role_required(ML, LEAD)
+def export_download(request: HttpRequest, project_id: int, what: str, fmt: str) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    export = export_labels if what == "labels" else export_predictions
+    content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    response = StreamingHttpResponse(export(project=project, fmt=fmt), content_type=f"{content_type}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{what}.{fmt}"'
+    return response

@@ -1,0 +1,512 @@
+"""LoRA adapters for the scoring ensemble: train one adapter (from scratch or warm-started from the
+previous round's), crash-safe and idempotent. The only module that imports PEFT.
+
+The training example is exactly the scoring prompt: ``renderer.render_training(text, label)`` gives
+the full prompt (shared few-shot prefix + item turn + assistant header) and the code token the model
+should emit next. The loss is the cross-entropy of the logits at the prompt's last position against
+that token, so training optimises the very number the engines read at scoring time.
+
+Choices, and why:
+- Loss over the full vocabulary (default). Besides ranking the right code first it raises the label
+  mass (total probability on the code tokens), which the label-mass filter and the ``mass`` output
+  of the engines rely on. ``TrainConfig.loss="label_softmax"`` restricts the softmax to the C code
+  tokens instead: the pure classification objective, but it leaves the mass wherever it was.
+- No prefix KV cache during training. The prefix passes through the LoRA-adapted layers too, so a
+  cached prefix would be stale (or gradient-free) after every optimiser step; the whole prompt is
+  run with gradients each step. Simple and exact; the cost is quoted in the module's report.
+- Left padding + ``logits_to_keep=1``: every row's last real token sits in the last column, so only
+  one [B, V] logits slice is materialised instead of [B, T, V]. Position ids are computed from the
+  attention mask so a padded row sees the same positions as it would alone (and as in scoring).
+- Determinism and resumability: the data order of epoch e is a permutation drawn from (seed, e), and
+  the torch RNG (LoRA dropout) is reseeded from (seed, step) before every step. Together with the
+  adapter weights and the AdamW state saved in a checkpoint, a run killed at any step and started
+  again ends bit-identical to an uninterrupted run (on the same device and thread count).
+
+Layout of one run, for ``out_dir = <root>/adapter-0``:
+
+    <root>/.adapter-0.ckpt/step-000025/   adapter (PEFT), optimizer.pt, state.json — deleted at the end
+    <root>/.adapter-0.tmp-<pid>/          the finished adapter being written
+    <root>/adapter-0/                     published by one rename: adapter_model.safetensors,
+                                          adapter_config.json, training.json, DONE
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from scoring.prompts import PromptRenderer
+
+Progress = Callable[[int, int], None]
+DONE_MARKER = "DONE"
+TRAINING_INFO = "training.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+# Fields of adapter_config.json that depend on where the files lie, not on what was trained.
+_LOCATION_FIELDS = ("base_model_name_or_path", "revision")
+
+
+class TrainingStateError(RuntimeError):
+    """``out_dir`` holds something other than the adapter this call would train."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # Rank 8 on every linear layer: the usual LoRA default; a 135M model at rank 8 trains ~4.9M
+    # parameters, plenty for a C-way classification head expressed through one token.
+    rank: int = 8
+    # alpha = 2 × rank keeps the update scale (alpha / rank = 2) fixed if the rank is changed.
+    alpha: int = 16
+    # Light dropout on the LoRA input: rounds start with tens of labels, so overfitting is the risk.
+    dropout: float = 0.05
+    # "all-linear" = attention and MLP projections, not lm_head (PEFT excludes the output layer):
+    # adapting the MLPs too works better than q/v only for classification-style fine-tunes.
+    target_modules: str | tuple[str, ...] = "all-linear"
+    # 2e-4: the common LoRA rate for AdamW (LoRA's B starts at zero, so updates need a rate ~10×
+    # a full fine-tune's); with warm starts each round only nudges the previous adapter.
+    lr: float = 2e-4
+    # Two passes over the (small) labeled set; max_steps caps it when the set grows large.
+    epochs: int = 2
+    # 8 prompts of ~300 tokens fit CPU memory and a small GPU; larger batches give no gain at
+    # the few hundred labels a round has.
+    batch_size: int = 8
+    # 0 = no cap. A cap bounds round latency as the labeled set grows (warm starts carry the rest).
+    max_steps: int = 0
+    # Drives LoRA init (from scratch), the data order of every epoch and dropout; the ensemble
+    # members differ only by seed.
+    seed: int = 0
+    # No weight decay by default: decaying LoRA weights towards zero pulls a warm-started adapter
+    # back to the base model each round.
+    weight_decay: float = 0.0
+    # Linear warm-up over the first 10 % of steps (then linear decay to 0) protects a warm-started
+    # adapter from a first full-size AdamW step computed from fresh, zero moment estimates.
+    warmup_ratio: float = 0.1
+    # Clip the gradient norm at 1: a few mislabeled items in a tiny batch otherwise spike the update.
+    max_grad_norm: float = 1.0
+    # Checkpoint every 25 steps (0 = never): a killed worker loses at most 25 steps; the adapter and
+    # AdamW state of a 135M model take ~60 MB and a fraction of a second to write.
+    checkpoint_every: int = 25
+    # "full_vocab" (default) or "label_softmax": see the module docstring.
+    loss: Literal["full_vocab", "label_softmax"] = "full_vocab"
+
+
+@dataclass(frozen=True)
+class TrainedAdapter:
+    path: str
+    content_hash: str  # sha256 of the adapter weights + config (location fields excluded)
+    steps: int
+    seconds: float
+    final_loss: float  # training loss of the last step
+    losses: tuple[float, ...] = field(default=(), repr=False)  # one per step (mean over the batch)
+    reused: bool = False  # True when out_dir already held the finished adapter: nothing was trained
+
+
+@dataclass(frozen=True)
+class _Example:
+    input_ids: list[int]
+    target_id: int
+    target_index: int
+
+
+# -- public API ---------------------------------------------------------------------------------
+
+
+def total_steps(n_items: int, config: TrainConfig) -> int:
+    """Optimiser steps a run over ``n_items`` labels takes (for progress bars before it starts)."""
+    steps = config.epochs * math.ceil(n_items / config.batch_size)
+    return min(steps, config.max_steps) if config.max_steps > 0 else steps
+
+
+def train_adapter(
+    *,
+    model_dir: str | Path,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    label_indices: Sequence[int],
+    out_dir: str | Path,
+    config: TrainConfig,
+    warm_from: str | Path | None = None,
+    progress: Progress | None = None,
+    device: str | None = None,
+) -> TrainedAdapter:
+    """Train one LoRA adapter on (texts, label_indices) and publish it at ``out_dir``.
+
+    Idempotent: a finished adapter already at ``out_dir`` is returned without training. Crash-safe:
+    a run killed mid-way resumes from its last checkpoint. ``warm_from`` (a PEFT adapter directory)
+    continues from those weights, with that adapter's LoRA shape; None trains from scratch.
+    ``progress(done, total)`` is called with optimiser steps, starting at (resumed step, total)."""
+    out = Path(out_dir)
+    examples = _render(renderer, texts, label_indices)
+    fingerprint = _fingerprint(examples, config, warm_from)
+    finished = _finished(out, fingerprint)
+    if finished is not None:
+        return finished
+    run = _Run(Path(model_dir), renderer, examples, out, config, warm_from, fingerprint, _device(device))
+    return run.train(progress)
+
+
+def train_ensemble(
+    *,
+    model_dir: str | Path,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    label_indices: Sequence[int],
+    out_root: str | Path,
+    k: int,
+    config: TrainConfig,
+    warm_from: Sequence[str | Path] | None = None,
+    progress: Progress | None = None,
+    device: str | None = None,
+) -> list[TrainedAdapter]:
+    """K adapters at ``out_root/adapter-{i}``, seeds ``config.seed + i``. ``warm_from[i]`` (the
+    previous round's member i) or None for all from scratch. Progress counts steps over all K."""
+    if warm_from is not None and len(warm_from) != k:
+        raise ValueError(f"warm_from has {len(warm_from)} adapters for an ensemble of {k}")
+    per_member = total_steps(len(texts), config)
+    adapters = []
+    for i in range(k):
+        member_progress = None
+        if progress is not None:
+            member_progress = _offset_progress(progress, i * per_member, k * per_member)
+        adapters.append(
+            train_adapter(
+                model_dir=model_dir,
+                renderer=renderer,
+                texts=texts,
+                label_indices=label_indices,
+                out_dir=Path(out_root) / f"adapter-{i}",
+                config=replace(config, seed=config.seed + i),
+                warm_from=None if warm_from is None else warm_from[i],
+                progress=member_progress,
+                device=device,
+            )
+        )
+    return adapters
+
+
+def label_probabilities(
+    *,
+    model_dir: str | Path,
+    adapter_path: str | Path | None,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    batch_size: int = 8,
+    device: str | None = None,
+) -> np.ndarray:
+    """Full-vocabulary probabilities of the C label tokens, float64[N, C] (not renormalised), with the
+    same forward pass as training. A reference for tests and parity checks; rounds score through
+    ``scoring.engines``."""
+    import torch
+
+    dev = _device(device)
+    model = _load_base(Path(model_dir), dev)
+    if adapter_path is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_path))
+    model.eval()
+    label_ids = torch.tensor(renderer.label_token_ids, device=dev)
+    rows = []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start : start + batch_size]
+            prompts = [renderer.render_training(text, 0)[0] for text in chunk]
+            logits = _last_logits(model, prompts, _pad_id(renderer), dev)
+            rows.append(torch.softmax(logits.float(), dim=-1)[:, label_ids].double().cpu().numpy())
+    return np.concatenate(rows) if rows else np.zeros((0, len(label_ids)))
+
+
+def adapter_content_hash(path: str | Path) -> str:
+    """sha256 over the adapter weights and its config (minus location fields)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    digest.update((path / ADAPTER_WEIGHTS).read_bytes())
+    adapter_config = json.loads((path / ADAPTER_CONFIG).read_text())
+    for key in _LOCATION_FIELDS:
+        adapter_config.pop(key, None)
+    digest.update(json.dumps(adapter_config, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+# -- the training run -----------------------------------------------------------------------------
+
+
+class _Run:
+    """One call's training state: model, optimiser, step counter, checkpoints, publishing."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        renderer: PromptRenderer,
+        examples: list[_Example],
+        out: Path,
+        config: TrainConfig,
+        warm_from: str | Path | None,
+        fingerprint: str,
+        device: str,
+    ) -> None:
+        if not examples:
+            raise ValueError("no labeled items to train on")
+        self.model_dir, self.renderer, self.examples, self.out = model_dir, renderer, examples, out
+        self.config, self.warm_from, self.fingerprint, self.device = config, warm_from, fingerprint, device
+        self.ckpt_root = out.parent / f".{out.name}.ckpt"
+        self.total = total_steps(len(examples), config)
+        self.batches_per_epoch = math.ceil(len(examples) / config.batch_size)
+        self.pad_id = _pad_id(renderer)
+
+    def train(self, progress: Progress | None) -> TrainedAdapter:
+        import torch
+
+        started = time.monotonic()
+        checkpoint = self._latest_checkpoint()
+        model = self._model(checkpoint)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        step, losses, seconds = 0, [], 0.0
+        if checkpoint is not None:
+            optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=self.device))
+            state = json.loads((checkpoint / "state.json").read_text())
+            step, losses, seconds = state["step"], state["losses"], state["seconds"]
+        model.train()
+        if progress is not None:
+            progress(step, self.total)
+        while step < self.total:
+            losses.append(self._step(model, optimizer, params, step))
+            step += 1
+            if self.config.checkpoint_every and step % self.config.checkpoint_every == 0 and step < self.total:
+                self._checkpoint(model, optimizer, step, losses, seconds + time.monotonic() - started)
+            if progress is not None:
+                progress(step, self.total)
+        return self._publish(model, losses, seconds + time.monotonic() - started)
+
+    def _model(self, checkpoint: Path | None) -> Any:
+        import torch
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        base = _load_base(self.model_dir, self.device)
+        resume_from = checkpoint / "adapter" if checkpoint is not None else self.warm_from
+        if resume_from is not None:
+            return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True)
+        torch.manual_seed(self.config.seed)  # LoRA A init (B starts at zero)
+        lora = LoraConfig(
+            task_type="CAUSAL_LM",
+            r=self.config.rank,
+            lora_alpha=self.config.alpha,
+            lora_dropout=self.config.dropout,
+            target_modules=self.config.target_modules
+            if isinstance(self.config.target_modules, str)
+            else list(self.config.target_modules),
+            bias="none",
+        )
+        return get_peft_model(base, lora)
+
+    def _batch(self, step: int) -> list[_Example]:
+        epoch, index = divmod(step, self.batches_per_epoch)
+        order = np.random.default_rng([self.config.seed, epoch]).permutation(len(self.examples))
+        size = self.config.batch_size
+        return [self.examples[i] for i in order[index * size : (index + 1) * size]]
+
+    def _lr(self, step: int) -> float:
+        warmup = max(1, math.ceil(self.config.warmup_ratio * self.total))
+        if step < warmup:
+            return self.config.lr * (step + 1) / warmup
+        return self.config.lr * max(0.0, (self.total - step) / max(1, self.total - warmup))
+
+    def _step(self, model: Any, optimizer: Any, params: list[Any], step: int) -> float:
+        import torch
+
+        torch.manual_seed(self.config.seed * 1_000_003 + step)  # dropout masks depend on (seed, step) only
+        batch = self._batch(step)
+        logits = _last_logits(model, [ex.input_ids for ex in batch], self.pad_id, self.device)
+        loss = self._loss(logits, batch)
+        for group in optimizer.param_groups:
+            group["lr"] = self._lr(step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        optimizer.step()
+        return float(loss.detach())
+
+    def _loss(self, logits: torch.Tensor, batch: list[_Example]) -> torch.Tensor:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        logits = logits.float()
+        if self.config.loss == "label_softmax":
+            label_ids = torch.tensor(self.renderer.label_token_ids, device=logits.device)
+            targets = torch.tensor([ex.target_index for ex in batch], device=logits.device)
+            return F.cross_entropy(logits[:, label_ids], targets)
+        targets = torch.tensor([ex.target_id for ex in batch], device=logits.device)
+        return F.cross_entropy(logits, targets)
+
+    # -- checkpoints and publishing --------------------------------------------------------------
+
+    def _latest_checkpoint(self) -> Path | None:
+        if not self.ckpt_root.is_dir():
+            return None
+        for candidate in sorted(self.ckpt_root.glob("step-*"), reverse=True):
+            state_file = candidate / "state.json"
+            if state_file.is_file() and json.loads(state_file.read_text()).get("fingerprint") == self.fingerprint:
+                return candidate
+        shutil.rmtree(self.ckpt_root)  # checkpoints of other data or config: start over
+        return None
+
+    def _checkpoint(self, model: Any, optimizer: Any, step: int, losses: list[float], seconds: float) -> None:
+        import torch
+
+        self.ckpt_root.mkdir(parents=True, exist_ok=True)
+        tmp = self.ckpt_root / f".tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp / "adapter"))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        state = {"fingerprint": self.fingerprint, "step": step, "losses": losses, "seconds": seconds}
+        (tmp / "state.json").write_text(json.dumps(state))
+        final = self.ckpt_root / f"step-{step:06d}"
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for older in self.ckpt_root.glob("step-*"):
+            if older != final:
+                shutil.rmtree(older, ignore_errors=True)
+
+    def _publish(self, model: Any, losses: list[float], seconds: float) -> TrainedAdapter:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp))
+        content_hash = adapter_content_hash(tmp)
+        info = {
+            "content_hash": content_hash,
+            "fingerprint": self.fingerprint,
+            "steps": len(losses),
+            "seconds": round(seconds, 3),
+            "final_loss": losses[-1],
+            "losses": losses,
+            "n_items": len(self.examples),
+            "config": asdict(self.config),
+            "warm_from": None if self.warm_from is None else str(self.warm_from),
+        }
+        (tmp / TRAINING_INFO).write_text(json.dumps(info, indent=1))
+        (tmp / DONE_MARKER).write_text(content_hash + "\n")
+        try:
+            tmp.rename(self.out)
+        except OSError:  # another worker published first: keep theirs if it is the same training
+            shutil.rmtree(tmp, ignore_errors=True)
+            finished = _finished(self.out, self.fingerprint)
+            if finished is None:
+                raise
+            return finished
+        shutil.rmtree(self.ckpt_root, ignore_errors=True)
+        return _from_info(self.out, info, reused=False)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _render(renderer: PromptRenderer, texts: Sequence[str], label_indices: Sequence[int]) -> list[_Example]:
+    if len(texts) != len(label_indices):
+        raise ValueError(f"{len(texts)} texts but {len(label_indices)} labels")
+    n_labels = len(renderer.label_token_ids)
+    examples = []
+    for text, label in zip(texts, label_indices, strict=True):
+        if not 0 <= int(label) < n_labels:
+            raise ValueError(f"label index {label} outside 0..{n_labels - 1}")
+        input_ids, target_id = renderer.render_training(text, int(label))
+        examples.append(_Example(list(input_ids), int(target_id), int(label)))
+    return examples
+
+
+def _fingerprint(examples: list[_Example], config: TrainConfig, warm_from: str | Path | None) -> str:
+    """What the run trains: prompts, targets, config and the warm-start weights (not their path)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(asdict(config), sort_keys=True).encode())
+    digest.update(adapter_content_hash(warm_from).encode() if warm_from is not None else b"scratch")
+    for ex in examples:
+        digest.update(json.dumps([ex.input_ids, ex.target_id]).encode())
+    return digest.hexdigest()
+
+
+def _finished(out: Path, fingerprint: str) -> TrainedAdapter | None:
+    if not out.exists():
+        return None
+    if not (out / DONE_MARKER).is_file():
+        raise TrainingStateError(f"{out} exists but holds no finished adapter (no {DONE_MARKER} marker)")
+    info = json.loads((out / TRAINING_INFO).read_text())
+    if info.get("fingerprint") != fingerprint:
+        raise TrainingStateError(f"{out} holds an adapter trained on other data, config or warm start")
+    return _from_info(out, info, reused=True)
+
+
+def _from_info(out: Path, info: dict[str, Any], *, reused: bool) -> TrainedAdapter:
+    return TrainedAdapter(
+        path=str(out),
+        content_hash=info["content_hash"],
+        steps=info["steps"],
+        seconds=info["seconds"],
+        final_loss=info["final_loss"],
+        losses=tuple(info["losses"]),
+        reused=reused,
+    )
+
+
+def _offset_progress(progress: Progress, offset: int, total: int) -> Progress:
+    return lambda done, _member_total: progress(offset + done, total)
+
+
+def _device(device: str | None) -> str:
+    if device is not None:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_base(model_dir: Path, device: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # float32: LoRA updates of ~lr × grad vanish in bf16 weights, and CPU bf16 matmuls are slow.
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    return model.to(device)
+
+
+def _pad_id(renderer: PromptRenderer) -> int:
+    tokenizer = renderer.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad)
+
+
+def _last_logits(model: Any, prompts: Sequence[list[int]], pad_id: int, device: str) -> torch.Tensor:
+    """Logits [B, V] at each prompt's last token. Left-padded so that position is the last column;
+    position ids count real tokens only, so padding changes nothing for a row."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    with contextlib.nullcontext():
+        out = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            logits_to_keep=1,
+            use_cache=False,
+        )
+    return out.logits[:, -1, :]
