@@ -9,14 +9,14 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 
 ANNOTATOR = "annotator"
 LEAD = "lead"
 ML = "ml"
 ALL_ROLES = (ANNOTATOR, LEAD, ML)
 
-View = TypeVar("View", bound=Callable[..., HttpResponse])
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
 
 def roles_of(user: Any) -> set[str]:
@@ -40,7 +40,7 @@ def role_required(*roles: str) -> Callable[[View], View]:
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not has_role(request.user, *roles):
                 raise PermissionDenied(f"this page needs the role {' or '.join(roles)}")
             return view(request, *args, **kwargs)

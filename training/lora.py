@@ -32,7 +32,6 @@ Layout of one run, for ``out_dir = <root>/adapter-0``:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -225,7 +224,7 @@ def label_probabilities(
         for start in range(0, len(texts), batch_size):
             chunk = texts[start : start + batch_size]
             prompts = [renderer.render_training(text, 0)[0] for text in chunk]
-            logits = _last_logits(model, prompts, _pad_id(renderer), dev)
+            logits = _last_logits(model, prompts, dev)
             rows.append(torch.softmax(logits.float(), dim=-1)[:, label_ids].double().cpu().numpy())
     return np.concatenate(rows) if rows else np.zeros((0, len(label_ids)))
 
@@ -266,7 +265,6 @@ class _Run:
         self.ckpt_root = out.parent / f".{out.name}.ckpt"
         self.total = total_steps(len(examples), config)
         self.batches_per_epoch = math.ceil(len(examples) / config.batch_size)
-        self.pad_id = _pad_id(renderer)
 
     def train(self, progress: Progress | None) -> TrainedAdapter:
         import torch
@@ -331,7 +329,7 @@ class _Run:
 
         torch.manual_seed(self.config.seed * 1_000_003 + step)  # dropout masks depend on (seed, step) only
         batch = self._batch(step)
-        logits = _last_logits(model, [ex.input_ids for ex in batch], self.pad_id, self.device)
+        logits = _last_logits(model, [ex.input_ids for ex in batch], self.device)
         loss = self._loss(logits, batch)
         for group in optimizer.param_groups:
             group["lr"] = self._lr(step)
@@ -483,30 +481,23 @@ def _load_base(model_dir: Path, device: str) -> Any:
     return model.to(device)
 
 
-def _pad_id(renderer: PromptRenderer) -> int:
-    tokenizer = renderer.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad)
-
-
-def _last_logits(model: Any, prompts: Sequence[list[int]], pad_id: int, device: str) -> torch.Tensor:
+def _last_logits(model: Any, prompts: Sequence[list[int]], device: str) -> torch.Tensor:
     """Logits [B, V] at each prompt's last token. Left-padded so that position is the last column;
     position ids count real tokens only, so padding changes nothing for a row."""
     import torch
 
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)  # pad id irrelevant: masked out
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt) :] = torch.tensor(prompt)
         mask[row, width - len(prompt) :] = 1
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    with contextlib.nullcontext():
-        out = model(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=positions.to(device),
-            logits_to_keep=1,
-            use_cache=False,
-        )
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        logits_to_keep=1,
+        use_cache=False,
+    )
     return out.logits[:, -1, :]

@@ -9,9 +9,10 @@ from pathlib import Path
 from django import forms
 from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
 
 from annotate.models import ImportJob, Project
 from annotate.roles import LEAD, ML, role_required
@@ -65,17 +66,17 @@ def import_upload(request: HttpRequest, project_id: int) -> HttpResponse:
 def import_status(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
     job = get_object_or_404(ImportJob, pk=job_id, project_id=project_id)
     context = {"project": job.project, "job": job}
-    if request.htmx:
+    htmx: HtmxDetails = request.htmx  # type: ignore[attr-defined]
+    if htmx:
         response = render(request, "annotate/import_status.html#job", context)
         if job.status in (ImportJob.Status.DONE, ImportJob.Status.FAILED):
-            stop = HttpResponseStopPolling(response.content)
-            return stop
+            return HttpResponseStopPolling(response.content)
         return response
     return render(request, "annotate/import_status.html", context)
 
 
 @role_required(ML, LEAD)
-def export_download(request: HttpRequest, project_id: int, what: str, fmt: str) -> HttpResponse:
+def export_download(request: HttpRequest, project_id: int, what: str, fmt: str) -> HttpResponseBase:
     project = get_object_or_404(Project, pk=project_id)
     export = export_labels if what == "labels" else export_predictions
     content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"

@@ -259,7 +259,9 @@ def test_page_posts_label_and_swaps_in_the_next_item(project: Project, client_al
     plain = client_alice.post(reverse("annotate_label", args=[project.pk]), data)
     assert plain.status_code == 303 and plain["Location"] == url
     assert Annotation.objects.count() == 1
-    clash = client_alice.post(reverse("annotate_label", args=[project.pk]), {**data, "label": label(project, "neutral").pk})
+    clash = client_alice.post(
+        reverse("annotate_label", args=[project.pk]), {**data, "label": label(project, "neutral").pk}
+    )
     assert clash.status_code == 409 and "press u to revise" in clash.content.decode()
 
 
@@ -302,7 +304,9 @@ def test_suggestion_is_hidden_unless_the_project_shows_it(project: Project, clie
 
 def test_undo_page_highlights_my_label(project: Project, client_alice: Client, alice: User) -> None:
     done = take_and_label(project, alice, "negative")
-    html = client_alice.get(reverse("annotate_undo", args=[project.pk]), headers={"HX-Request": "true"}).content.decode()
+    html = client_alice.get(
+        reverse("annotate_undo", args=[project.pk]), headers={"HX-Request": "true"}
+    ).content.decode()
     assert done.item.text in html and 'name="revise"' in html
     assert html.count('aria-pressed="true"') == 1
     highlighted = html.split('aria-pressed="true"')[0].rsplit("<button", 1)[1]

@@ -18,6 +18,11 @@ from annotate.services.projects import LabelInput, project_create
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def project() -> Project:
     project = project_create(name="topics", labels=[LabelInput("sports", "S"), LabelInput("politics", "P")])

@@ -33,7 +33,8 @@ class Command(BaseCommand):
         path: Path = opts["path"]
         if not path.is_file():
             raise CommandError(f"{path}: no such file")
-        bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"validating {path.name}")
+        size = path.stat().st_size
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"validating {path.name}")
 
         def progress(done: int, total: int) -> None:
             bar.update(done - bar.n)
@@ -43,7 +44,7 @@ class Command(BaseCommand):
         except ImportFailed as exc:
             bar.close()
             raise CommandError(str(exc)) from exc
-        bar.update(bar.total - bar.n)
+        bar.update(size - bar.n)
         bar.close()
         test_size = 0 if opts["gold_for_test"] else test_set_draw(project=project)
         self.stdout.write(

@@ -1,0 +1,194 @@
+"""Project setup by ML staff: label codes are checked against the real tokenizer (colliding labels are
+named and working codes pre-filled), ranges are validated, few-shot examples freeze with the first round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
+
+from annotate.forms_setup import parse_few_shot, parse_label_lines
+from annotate.models import Annotation, Project, Round
+from annotate.services.accounts import user_create
+from annotate.services.projects import LabelInput, project_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def ml(smollm2_dir: Path, settings: Any) -> Client:
+    settings.LLM_DIR = smollm2_dir
+    client = Client()
+    client.force_login(user_create(username="mia", password="pw-12345678", roles=["ml"]))
+    return client
+
+
+def form_data(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "news topics",
+        "labels_text": "Sports | games and athletes | sports\nPolitics | elections, government | politics",
+        "few_shot_text": "The match ended 2-1 | Sports",
+        "guidelines": "Pick the **main** topic.",
+        "instructions": "Classify the news text into exactly one topic.",
+        "model_dir": "",
+        "engine": "hf",
+        "seed": 0,
+        "batch_size": 50,
+        "oversample": 4,
+        "random_share": 0.15,
+        "mass_threshold": 0.05,
+        "uncertainty": "margin",
+        "cold_start_batches": 2,
+        "ensemble_k": 4,
+        "overlap_share": 0.1,
+        "overlap_annotators": 2,
+        "test_set_size": 200,
+        "lease_seconds": 600,
+    }
+    data.update(overrides)
+    return data
+
+
+def test_label_and_few_shot_lines_report_the_offending_line() -> None:
+    labels = parse_label_lines("A | first\n\nB | second | b\n")
+    assert [(lab.name, lab.description, lab.code) for lab in labels] == [("A", "first", ""), ("B", "second", "b")]
+    with pytest.raises(ValidationError) as exc:
+        parse_label_lines("A\n | no name\nA | again\nC | x | y | z")
+    assert exc.value.messages == [
+        "line 2: the label name is empty",
+        "line 3: the label 'A' appears twice",
+        "line 4: expected `name | description | code`, found 3 '|'",
+    ]
+    assert parse_few_shot("a | b | A", ["A", "B"]) == [{"text": "a | b", "label": "A"}]
+    with pytest.raises(ValidationError, match="line 1: unknown label 'Sprots'"):
+        parse_few_shot("goal! | Sprots", ["Sports"])
+
+
+def test_ml_creates_a_project_and_empty_codes_get_working_suggestions(ml: Client) -> None:
+    data = form_data(labels_text="Sports | games\nScience | research\nSociety | people")
+    response = ml.post(reverse("setup_new"), data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    project = Project.objects.get(name="news topics")
+    codes = list(project.labels.values_list("code", flat=True))
+    assert len(set(codes)) == 3 and all(codes)
+    assert project.few_shot == [{"text": "The match ended 2-1", "label": "Sports"}]
+    assert (project.batch_size, project.ensemble_k, project.overlap_share) == (50, 4, 0.1)
+    assert response["Location"] == reverse("project_setup", args=[project.pk])
+
+
+def test_colliding_codes_name_the_labels_and_prefill_codes_that_work(ml: Client) -> None:
+    data = form_data(labels_text="Sports | games | S\nScience | research | S\nPolitics | votes | politics")
+    response = ml.post(reverse("setup_new"), data)
+    page = response.content.decode()
+    assert response.status_code == 400 and not Project.objects.exists()
+    assert "“Sports” and “Science” share a first token" in page
+    assert 'id="suggested-codes"' in page
+    form = response.context["form"]
+    suggested = form.suggested_codes
+    assert set(suggested) == {"Sports", "Science", "Politics"} and suggested["Sports"] != suggested["Science"]
+    prefilled = form["labels_text"].value()
+    assert f"Sports | games | {suggested['Sports']}" in prefilled
+    assert f"Science | research | {suggested['Science']}" in prefilled
+    # Accepting the pre-filled suggestions creates the project with those codes.
+    assert ml.post(reverse("setup_new"), form_data(labels_text=prefilled)).status_code == 302
+    project = Project.objects.get()
+    assert dict(project.labels.values_list("name", "code")) == suggested
+
+
+def test_multi_token_code_is_named(ml: Client) -> None:
+    data = form_data(labels_text="Sports | | xqzvbnmqx\nPolitics | | politics")
+    page = ml.post(reverse("setup_new"), data).content.decode()
+    assert "the code of “Sports” is not a single token" in page
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("batch_size", 0, "batch size B must be at least 1; got 0"),
+        ("oversample", 0.5, "oversample factor M/B must be at least 1"),
+        ("random_share", 1.5, "random-slice share must be between 0 and 1; got 1.5"),
+        ("mass_threshold", -0.1, "label-mass threshold must be between 0 and 1"),
+        ("ensemble_k", 0, "ensemble size K must be between 1 and 32; got 0"),
+        ("overlap_share", 2, "overlap share must be between 0 and 1; got 2.0"),
+        ("overlap_annotators", 1, "annotators per overlapped item must be between 2 and 20; got 1"),
+        ("test_set_size", 0, "test-set size must be at least 1"),
+        ("lease_seconds", 5, "lease must be between 30 seconds and one day; got 5"),
+    ],
+)
+def test_out_of_range_settings_are_refused_with_a_precise_message(
+    ml: Client, field: str, value: Any, message: str
+) -> None:
+    response = ml.post(reverse("setup_new"), form_data(**{field: value}))
+    assert response.status_code == 400
+    assert message in response.context["form"].errors[field][0]
+    assert not Project.objects.exists()
+
+
+def test_unknown_few_shot_label_is_a_form_error(ml: Client) -> None:
+    response = ml.post(reverse("setup_new"), form_data(few_shot_text="Parliament votes today | Politcs"))
+    assert response.status_code == 400
+    assert "unknown label &#x27;Politcs&#x27;" in response.content.decode()
+
+
+def test_guidelines_preview_is_sanitised_markdown(ml: Client) -> None:
+    data = form_data(guidelines="**Main** topic <script>alert(1)</script> [x](javascript:alert(1))", batch_size=0)
+    page = ml.post(reverse("setup_new"), data).content.decode()
+    preview = page.split('class="preview">', 1)[1].split("</div>", 1)[0]
+    assert "<strong>Main</strong>" in preview and "<script" not in preview and "javascript:" not in preview
+
+
+def _existing(name: str = "news topics") -> Project:
+    labels = [LabelInput("Sports", "sports", "games"), LabelInput("Politics", "politics", "elections")]
+    return project_create(name=name, labels=labels, few_shot=[{"text": "The match ended 2-1", "label": "Sports"}])
+
+
+def test_editing_labels_before_the_first_round(ml: Client) -> None:
+    project = _existing()
+    url = reverse("project_setup", args=[project.pk])
+    assert "Sports | games | sports" in ml.get(url).content.decode()
+    labels = "Politics | government | politics\nSports | games and athletes | sports\nScience | research |"
+    response = ml.post(url, form_data(labels_text=labels))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    rows = list(project.labels.order_by("order").values_list("name", "description"))
+    assert rows == [("Politics", "government"), ("Sports", "games and athletes"), ("Science", "research")]
+
+
+def test_few_shot_and_label_codes_freeze_once_a_round_exists(ml: Client) -> None:
+    project = _existing()
+    Round.objects.create(project=project, number=1)
+    url = reverse("project_setup", args=[project.pk])
+    response = ml.post(url, form_data(few_shot_text="Polls open at nine | Politics"))
+    assert response.status_code == 400
+    error = response.context["form"].errors["few_shot_text"][0]
+    assert "Few-shot examples are frozen" in error and "prompt hash" in error
+    labels = "Sports | games | S\nPolitics | elections | politics"
+    response = ml.post(url, form_data(labels_text=labels))
+    assert "Label names and codes are frozen" in response.context["form"].errors["labels_text"][0]
+    # Descriptions and knobs may still change.
+    labels = "Sports | ball games | sports\nPolitics | elections | politics"
+    response = ml.post(url, form_data(labels_text=labels, batch_size=20))
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert project.batch_size == 20 and project.labels.get(name="Sports").description == "ball games"
+
+
+def test_a_label_in_use_cannot_be_removed(ml: Client) -> None:
+    project = _existing()
+    it = project.items.create(external_id="1", text="goal", text_hash="h")
+    annotator = user_create(username="ann", password="pw-12345678", roles=["annotator"])
+    Annotation.objects.create(item=it, annotator=annotator, label=project.labels.get(name="Sports"))
+    response = ml.post(
+        reverse("project_setup", args=[project.pk]), form_data(labels_text="Politics | | politics\nScience | |")
+    )
+    assert response.status_code == 400
+    assert "label 'Sports' is in use" in response.content.decode().replace("&#x27;", "'")
+    assert project.labels.filter(name="Sports").exists()

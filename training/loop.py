@@ -1,0 +1,388 @@
+"""One round of the loop as plain steps over arrays, paths and frozen configs (no Django).
+
+The round services (annotate/services/rounds.py, scoring.py, training.py) and the GPU benchmark
+(bench/gpu_rounds.py) call these same functions in the same order:
+
+    candidates → shards → score (cache, two-stage) → label-mass filter → uncertainty → select
+    → labels → train K prod adapters (warm start) [+ scratch, + active/random arms] → evaluate
+
+Everything random takes a generator derived from the round's seed (``step_rng``), so a replayed or
+resumed step makes the same choices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from scoring.prompts import PromptSpec
+from training.lora import TrainConfig
+
+if TYPE_CHECKING:
+    from scoring.cache import ScoreCache
+    from scoring.engines import AdapterRef, Engine
+    from scoring.prompts import PromptRenderer
+    from scoring.selection import Selection
+    from training.lora import TrainedAdapter
+
+Arm = Literal["prod", "scratch", "active", "random"]
+ColdMode = Literal["random", "diversity"]
+# Items per engine call inside a shard: each chunk is put in the score cache as soon as it is done,
+# so a worker killed mid-shard loses at most one chunk (a few seconds of CPU, well under one on GPU).
+SCORE_CHUNK = 256
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    batch_size: int  # B
+    oversample: float  # M / B
+    random_share: float  # share of B drawn uniformly (the random arm trains on these)
+    mass_threshold: float  # ensemble-mean label mass under this: review bucket
+    uncertainty: Literal["margin", "entropy", "bald"] = "margin"
+    cold_start_batches: int = 1
+    cold_mode: ColdMode = "random"
+
+
+@dataclass(frozen=True)
+class RescoringConfig:
+    candidate_sample: int  # 0: the whole pool
+    carry_top_share: float
+    first_pass_share: float  # < 1: one adapter first, all K on this top share
+    n_shards: int = 0  # 0: one shard per SHARD_ITEMS candidates
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    model_dir: str
+    engine: Literal["hf", "vllm"]
+    prompt: PromptSpec
+    max_context: int
+    k: int  # ensemble size
+    scratch_every: int  # from-scratch comparison every R rounds (0: never)
+    selection: SelectionConfig
+    rescoring: RescoringConfig
+    train: TrainConfig
+    engine_options: tuple[tuple[str, Any], ...] = field(default=())
+
+
+SHARD_ITEMS = 2000  # candidates per shard when n_shards is automatic: a minute or two of CPU, seconds of GPU
+MAX_SHARDS = 64
+
+
+def n_shards_for(n_candidates: int, configured: int) -> int:
+    if configured > 0:
+        return configured
+    return max(1, min(MAX_SHARDS, -(-n_candidates // SHARD_ITEMS)))
+
+
+def shard_of(item_ids: np.ndarray | Sequence[int], n_shards: int) -> np.ndarray:
+    """Shard of each item: sha1 of its id modulo n_shards (stable across processes and Python runs)."""
+    return np.array(
+        [int.from_bytes(hashlib.sha1(str(int(i)).encode()).digest()[:8], "big") % n_shards for i in item_ids],
+        dtype=np.int64,
+    )
+
+
+def step_rng(seed: int, step: str) -> np.random.Generator:
+    """The generator of one step of a round: independent streams per step, same choices on replay."""
+    return np.random.default_rng([int(seed), zlib.crc32(step.encode())])
+
+
+ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}
+
+
+def member_seed(round_seed: int, arm: Arm, k: int) -> int:
+    """Each ensemble member and arm gets its own seed (LoRA init, data order, dropout)."""
+    return (int(round_seed) * 1000 + ARM_SEED_OFFSET[arm] + k) % (2**31 - 1)
+
+
+def is_scratch_round(number: int, scratch_every: int) -> bool:
+    return scratch_every > 0 and number > 1 and number % scratch_every == 0
+
+
+# -- prompts and engines --------------------------------------------------------------------------
+
+_RENDERERS: dict[tuple[str, PromptSpec, int], PromptRenderer] = {}
+
+
+def make_renderer(model_dir: str | Path, spec: PromptSpec, max_context: int) -> PromptRenderer:
+    """One renderer per (model, prompt, context) per process: the prefix is tokenized once."""
+    from transformers import AutoTokenizer
+
+    from scoring.bundled import model_revision
+    from scoring.prompts import PromptRenderer
+
+    key = (str(model_dir), spec, max_context)
+    if key not in _RENDERERS:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        _RENDERERS[key] = PromptRenderer(
+            tokenizer, spec, model_revision=model_revision(model_dir), max_context=max_context
+        )
+    return _RENDERERS[key]
+
+
+def make_engine(config: LoopConfig) -> Engine:
+    from scoring.engines import get_engine
+
+    return get_engine(config.engine, config.model_dir, **dict(config.engine_options))
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Scored:
+    """Scores of N items. ``full`` marks rows scored by all K adapters (the only rows selection
+    uses); other rows only got the one-adapter first pass and hold NaN."""
+
+    p: np.ndarray  # float32[K, N, C]
+    mass: np.ndarray  # float32[K, N]
+    full: np.ndarray  # bool[N]
+    tokens: int = 0  # prompt tokens the engine ran (new scores only, all passes)
+    scored: int = 0  # items sent to the engine (cache misses)
+    seconds: float = 0.0
+
+
+def _score_cached(
+    engine: Engine,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    hashes: Sequence[str],
+    adapters: Sequence[AdapterRef],
+    cache: ScoreCache | None,
+    progress: Callable[[int], None] | None,
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """p, mass for every text under one adapter set: cache hits read, misses scored chunk by chunk
+    and each chunk cached at once. Returns (p, mass, tokens, items scored)."""
+    from scoring.engines import adapter_set_hash
+
+    set_hash = adapter_set_hash(adapters)
+    k, c, n = max(1, len(adapters)), len(renderer.label_token_ids), len(texts)
+    p = np.full((k, n, c), np.nan, dtype=np.float32)
+    mass = np.full((k, n), np.nan, dtype=np.float32)
+    hit = np.zeros(n, dtype=bool)
+    if cache is not None and n:
+        hit, cached_p, cached_mass = cache.get(list(hashes), renderer.prompt_hash, set_hash)
+        if hit.any():
+            p[:, hit], mass[:, hit] = cached_p[:, hit], cached_mass[:, hit]
+    misses = np.flatnonzero(~hit)
+    tokens = 0
+    for start in range(0, len(misses), SCORE_CHUNK):
+        rows = misses[start : start + SCORE_CHUNK]
+        result = engine.score(renderer, [texts[i] for i in rows], adapters)
+        p[:, rows], mass[:, rows] = result.p, result.mass
+        tokens += int(result.tokens)
+        if cache is not None:
+            cache.put([hashes[i] for i in rows], renderer.prompt_hash, set_hash, result.p, result.mass)
+        if progress is not None:
+            progress(len(rows))
+    return p, mass, tokens, len(misses)
+
+
+def score_items(
+    engine: Engine,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    hashes: Sequence[str],
+    adapters: Sequence[AdapterRef],
+    *,
+    cache: ScoreCache | None = None,
+    first_pass_share: float = 1.0,
+    kind: Literal["margin", "entropy", "bald"] = "margin",
+    rng: np.random.Generator | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Scored:
+    """Score ``texts`` with the ensemble. Two-stage when ``first_pass_share < 1`` and K ≥ 2: all
+    texts with adapter 0, then all K on the most uncertain share. The second stage is chosen over
+    the whole input (never over the cache misses), so a resumed run picks the same rows."""
+    from scoring.rescoring import first_pass_kind, second_stage
+    from scoring.signals import uncertainty
+
+    started = time.perf_counter()
+    n = len(texts)
+    if first_pass_share >= 1.0 or len(adapters) < 2:
+        p, mass, tokens, scored = _score_cached(engine, renderer, texts, hashes, adapters, cache, progress)
+        return Scored(p, mass, np.ones(n, bool), tokens, scored, time.perf_counter() - started)
+    p1, m1, tokens1, scored1 = _score_cached(engine, renderer, texts, hashes, adapters[:1], cache, None)
+    gen = rng if rng is not None else np.random.default_rng(0)
+    rows = second_stage(uncertainty(first_pass_kind(kind), p1, m1), first_pass_share, gen)
+    sub_p, sub_m, tokens2, scored2 = _score_cached(
+        engine, renderer, [texts[i] for i in rows], [hashes[i] for i in rows], adapters, cache, progress
+    )
+    k, c = len(adapters), len(renderer.label_token_ids)
+    p = np.full((k, n, c), np.nan, dtype=np.float32)
+    mass = np.full((k, n), np.nan, dtype=np.float32)
+    p[:, rows], mass[:, rows] = sub_p, sub_m
+    full = np.zeros(n, bool)
+    full[rows] = True
+    return Scored(p, mass, full, tokens1 + tokens2, max(scored1, scored2), time.perf_counter() - started)
+
+
+def save_shard(path: Path, item_ids: np.ndarray, scored: Scored) -> None:
+    """Write a shard's scores to ``path`` via a temp file and one rename (a reader never sees half)."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, ids=np.asarray(item_ids, np.int64), p=scored.p, mass=scored.mass, full=scored.full)
+    os.replace(tmp, path)
+
+
+def load_shards(paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, p[K, N, C], mass[K, N], full[N]) of several shards, sorted by item id."""
+    parts = []
+    for path in paths:
+        with np.load(path, allow_pickle=False) as data:
+            parts.append((data["ids"], data["p"], data["mass"], data["full"]))
+    parts = [part for part in parts if len(part[0])]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros((0, 0, 0), np.float32), np.zeros((0, 0), np.float32), np.zeros(0, bool)
+    ids = np.concatenate([part[0] for part in parts])
+    order = np.argsort(ids, kind="stable")
+    p = np.concatenate([part[1] for part in parts], axis=1)[:, order]
+    mass = np.concatenate([part[2] for part in parts], axis=1)[:, order]
+    full = np.concatenate([part[3] for part in parts])[order]
+    return ids[order], p, mass, full
+
+
+# -- selection ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What selection needs from the scores of the full rows."""
+
+    mean_p: np.ndarray  # float32[N, C]
+    mass_mean: np.ndarray  # float[N]
+    uncertainty: np.ndarray  # float[N]
+    review: np.ndarray  # bool[N]: label mass under the threshold → review bucket
+
+
+def signals(p: np.ndarray, mass: np.ndarray, config: SelectionConfig) -> Signals:
+    from scoring.selection import label_mass_filter
+    from scoring.signals import mean_distribution, uncertainty
+
+    mass_mean = mass.mean(axis=0) if len(p) else np.zeros(0)
+    return Signals(
+        mean_p=mean_distribution(p) if p.shape[1] else np.zeros((0, p.shape[2] if p.ndim == 3 else 0)),
+        mass_mean=mass_mean,
+        uncertainty=uncertainty(config.uncertainty, p, mass) if p.shape[1] else np.zeros(0),
+        review=label_mass_filter(mass_mean, config.mass_threshold) if p.shape[1] else np.zeros(0, bool),
+    )
+
+
+def select(
+    *,
+    cold: bool,
+    n_eligible: int,
+    config: SelectionConfig,
+    rng: np.random.Generator,
+    uncertainty: np.ndarray | None = None,
+    emb: np.ndarray | None = None,
+    labeled_emb: np.ndarray | None = None,
+) -> Selection:
+    """The batch: cold start (random, or k-center over embeddings) or random slice + top-M + k-center.
+    Random cold start needs no embeddings (round 1 runs in seconds)."""
+    from scoring.selection import select_batch, select_cold_start
+
+    b = min(config.batch_size, n_eligible)
+    if cold and config.cold_mode == "random":
+        none = np.zeros((n_eligible, 1), np.float32) + 1.0
+        return select_cold_start(none, np.zeros((0, 1), np.float32), b=b, rng=rng, mode="random")
+    assert emb is not None and labeled_emb is not None
+    if cold:
+        return select_cold_start(emb, labeled_emb, b=b, rng=rng, mode="diversity")
+    assert uncertainty is not None
+    m = max(b, int(round(config.oversample * b)))
+    return select_batch(uncertainty, emb, labeled_emb, b=b, m=m, random_share=config.random_share, rng=rng)
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+def arm_training_sets(sources: Sequence[str], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Positions (into the labeled list) for the equal-size comparison arms: the shared cold-start
+    labels plus either every random-slice label or an equal-size sample of the active labels.
+    Empty when there are no random-slice or no active labels yet."""
+    src = np.asarray(sources)
+    cold, rnd, act = (np.flatnonzero(src == s) for s in ("cold", "random", "active"))
+    n = min(len(rnd), len(act))
+    if n == 0:
+        return {}
+    random_part = rnd if len(rnd) == n else np.sort(rng.choice(rnd, size=n, replace=False))
+    active_part = np.sort(rng.choice(act, size=n, replace=False))
+    return {
+        "random": np.sort(np.concatenate([cold, random_part])),
+        "active": np.sort(np.concatenate([cold, active_part])),
+    }
+
+
+def train_member(
+    *,
+    config: LoopConfig,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    label_indices: Sequence[int],
+    out_dir: Path,
+    round_seed: int,
+    arm: Arm,
+    k: int,
+    warm_from: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainedAdapter:
+    """One adapter: its own seed (and so data order); warm-started only for the prod arm."""
+    from dataclasses import replace
+
+    from training.lora import train_adapter
+
+    return train_adapter(
+        model_dir=config.model_dir,
+        renderer=renderer,
+        texts=texts,
+        label_indices=label_indices,
+        out_dir=out_dir,
+        config=replace(config.train, seed=member_seed(round_seed, arm, k)),
+        warm_from=warm_from if arm == "prod" else None,
+        progress=progress,
+    )
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+
+
+def evaluate_adapters(
+    engine: Engine,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    y: np.ndarray,
+    adapters: Sequence[AdapterRef],
+    label_names: Sequence[str],
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Test-set metrics of the ensemble mean (accuracy, macro-F1, per class, confusion, ECE...) and
+    the mean distribution itself."""
+    from scoring.signals import mean_distribution
+    from training.evaluate import evaluate
+
+    result = engine.score(renderer, texts, adapters)
+    p_mean = mean_distribution(result.p)
+    return evaluate(p_mean, np.asarray(y), label_names=list(label_names)), p_mean
+
+
+def curve_svg(points: Sequence[dict[str, Any]], title: str) -> str:
+    """Learning curves (test accuracy vs labels used) of the prod, active and random arms."""
+    from training.curves import learning_curve_svg
+
+    series: dict[str, list[tuple[float, float]]] = {}
+    for point in points:
+        series.setdefault(str(point["arm"]), []).append((float(point["labels"]), float(point["accuracy"])))
+    return learning_curve_svg({arm: sorted(xy) for arm, xy in series.items()}, title)
