@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.http import QueryDict
 
 from annotate.models import Label, Project
 from annotate.services.projects import LabelInput
@@ -284,8 +285,9 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def _prefill(self, labels: list[LabelInput]) -> None:
         fixed = [LabelInput(lab.name, self.suggested_codes.get(lab.name, lab.code), lab.description) for lab in labels]
-        self.data = self.data.copy()
-        self.data[self.add_prefix("labels_text")] = format_label_lines(fixed)
+        data = self.data.copy() if isinstance(self.data, QueryDict) else dict(self.data)
+        data[self.add_prefix("labels_text")] = format_label_lines(fixed)
+        self.data = data
 
     def project_fields(self) -> dict[str, Any]:
         fields = {name: self.cleaned_data[name] for name in self.Meta.fields if name != "name"}
@@ -303,7 +305,10 @@ class AdjudicationForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.labels = {str(lab.pk): lab for lab in project.labels.order_by("order", "id")}
         choices = [(pk, lab.name) for pk, lab in self.labels.items()]
-        self.fields["decision"].choices = [*choices, (UNLABELABLE, "Unlabelable (out of the loop)")]
+        cast(forms.ChoiceField, self.fields["decision"]).choices = [
+            *choices,
+            (UNLABELABLE, "Unlabelable (out of the loop)"),
+        ]
 
     def label(self) -> Label | None:
         decision = self.cleaned_data["decision"]

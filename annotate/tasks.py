@@ -1,9 +1,35 @@
 """Celery entry points: take ids, re-read rows, call one service. Names are stable; GPU work is
-named ``annotate.gpu.*`` and routed to the ``gpu`` queue (config/celery.py)."""
+named ``annotate.gpu.*`` and routed to the ``gpu`` queue (config/celery.py).
+
+Round tasks are idempotent (guarded transitions, unique rows, checkpoints), so a redelivered or
+duplicated message is harmless. Transient errors (a locked SQLite database, a dropped Redis or
+PostgreSQL connection) are retried; any other error, or the last retry, fails the round with the
+reason (``round_fail``). Every worker, when it starts, re-enqueues what active rounds still need
+(``annotate.rounds_resume``): that is how a round continues after its worker was killed.
+"""
 
 from __future__ import annotations
 
-from celery import shared_task
+from typing import Any
+
+from celery import Task, shared_task
+from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerError
+
+TRANSIENT = (OperationalError, InterfaceError, BrokerError, ConnectionError)
+RETRY = {"autoretry_for": TRANSIENT, "max_retries": 3, "retry_backoff": 2, "retry_jitter": True}
+
+
+class RoundTask(Task):  # type: ignore[misc]
+    """Fails the round (first argument) once the task gives up."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        from annotate.services.rounds import round_fail
+
+        round_id = args[0] if args else kwargs.get("round_id")
+        if round_id is not None:
+            round_fail(round_id=int(round_id), reason=f"{self.name}: {type(exc).__name__}: {exc}")
 
 
 @shared_task(name="annotate.import_run")
@@ -11,3 +37,51 @@ def import_run(job_id: int) -> str:
     from annotate.services.imports import import_run as run
 
     return run(job_id=job_id).status
+
+
+@shared_task(name="annotate.round_begin", base=RoundTask, **RETRY)
+def round_begin(round_id: int) -> str:
+    from annotate.services.rounds import round_begin as run
+
+    return run(round_id=round_id).status
+
+
+@shared_task(name="annotate.gpu.score_shard", base=RoundTask, **RETRY)
+def score_shard(round_id: int, shard: int) -> str:
+    from annotate.services.scoring import score_shard_run
+
+    return score_shard_run(round_id=round_id, shard=shard).status
+
+
+@shared_task(name="annotate.round_select", base=RoundTask, **RETRY)
+def round_select(round_id: int) -> str:
+    from annotate.services.rounds import round_select as run
+
+    return run(round_id=round_id).status
+
+
+@shared_task(name="annotate.gpu.train_adapter", base=RoundTask, **RETRY)
+def train_adapter(round_id: int, arm: str, k: int) -> str:
+    from annotate.services.training import train_adapter_run
+
+    adapter = train_adapter_run(round_id=round_id, arm=arm, k=k)
+    return adapter.content_hash if adapter is not None else ""
+
+
+@shared_task(name="annotate.gpu.round_evaluate", base=RoundTask, **RETRY)
+def round_evaluate(round_id: int) -> str:
+    from annotate.services.training import round_evaluate_run
+
+    return round_evaluate_run(round_id=round_id).status
+
+
+@shared_task(name="annotate.rounds_resume", **RETRY)
+def rounds_resume() -> int:
+    from annotate.services.rounds import rounds_resume_all
+
+    return rounds_resume_all()
+
+
+@worker_ready.connect
+def _resume_on_start(**_: Any) -> None:
+    rounds_resume.delay()

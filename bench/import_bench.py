@@ -81,7 +81,10 @@ def main() -> None:
         try:
             for name, url in targets.items():
                 out = subprocess.run(
-                    [sys.executable, __file__, "--child", url, str(csv_path)], check=True, capture_output=True, text=True
+                    [sys.executable, __file__, "--child", url, str(csv_path)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 )
                 results[name] = json.loads(out.stdout.strip().splitlines()[-1])
         finally:

@@ -430,7 +430,9 @@ def _render(renderer: PromptRenderer, texts: Sequence[str], label_indices: Seque
 def _fingerprint(examples: list[_Example], config: TrainConfig, warm_from: str | Path | None) -> str:
     """What the run trains: prompts, targets, config and the warm-start weights (not their path)."""
     digest = hashlib.sha256()
-    digest.update(json.dumps(asdict(config), sort_keys=True).encode())
+    settings = asdict(config)
+    settings.pop("checkpoint_every")  # changes when state is saved, not what is trained
+    digest.update(json.dumps(settings, sort_keys=True).encode())
     digest.update(adapter_content_hash(warm_from).encode() if warm_from is not None else b"scratch")
     for ex in examples:
         digest.update(json.dumps([ex.input_ids, ex.target_id]).encode())

@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.db.models.functions import TruncDate
 
 from annotate.models import Annotation, Project
+from training.evaluate import cohen_kappa, confusion, fleiss_kappa
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,6 @@ def _per_class(r: _Ratings, multi: list[dict[int, int]]) -> list[ClassAgreement]
 
 
 def agreement_summary(*, project: Project) -> AgreementSummary:
-    from training.evaluate import cohen_kappa, fleiss_kappa
-
     r = _ratings(project)
     n_classes = len(r.labels)
     pairs = []
@@ -154,8 +153,6 @@ def agreement_summary(*, project: Project) -> AgreementSummary:
 
 def pair_confusion(*, project: Project, a_id: int, b_id: int) -> PairConfusion | None:
     """Confusion matrix between two annotators on the items both labelled (None: unknown annotator)."""
-    from training.evaluate import confusion
-
     r = _ratings(project)
     if a_id not in r.raters or b_id not in r.raters or a_id == b_id:
         return None

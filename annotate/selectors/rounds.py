@@ -31,7 +31,7 @@ def rounds_with_progress(*, project: Project) -> list[Round]:
     metric_rows (see metric_summary)."""
     batch = BatchItem.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
     labels = Annotation.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
-    rounds = list(
+    rounds: list[Round] = list(
         Round.objects.filter(project=project)
         .select_related("requested_by")
         .annotate(batch_size=_count(batch), labels_collected=_count(labels))

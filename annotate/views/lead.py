@@ -64,7 +64,7 @@ def lead_adjudicate(request: HttpRequest, project_id: int, item_id: int) -> Http
             error = str(exc)
     else:
         error = "; ".join(str(e) for errors in form.errors.values() for e in errors)
-    if request.htmx:
+    if request.htmx:  # type: ignore[attr-defined]
         return _item_row(request, project, item_id, _queue_of(request), error=error)
     if error:
         messages.error(request, error)
@@ -83,7 +83,7 @@ def lead_return_to_pool(request: HttpRequest, project_id: int, item_id: int) -> 
         item_return_to_pool(item=item, lead=request.user)
     except ReviewError as exc:
         error = str(exc)
-    if request.htmx:
+    if request.htmx:  # type: ignore[attr-defined]
         return _item_row(request, project, item_id, _queue_of(request), error=error, returned=not error)
     if error:
         messages.error(request, error)
@@ -105,7 +105,7 @@ def lead_agreement(request: HttpRequest, project_id: int) -> HttpResponse:
     if (a is None or b is None) and summary.pairs:
         a, b = summary.pairs[0].a.id, summary.pairs[0].b.id
     pair = agreement.pair_confusion(project=project, a_id=a, b_id=b) if a is not None and b is not None else None
-    if request.htmx and request.GET.get("partial") == "confusion":
+    if request.htmx and request.GET.get("partial") == "confusion":  # type: ignore[attr-defined]
         return render(request, "annotate/lead_agreement.html#confusion", {"project": project, "pair": pair})
     context = {
         "project": project,

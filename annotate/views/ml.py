@@ -46,7 +46,7 @@ def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 def _after_request(request: HttpRequest, project: Project, done: str, error: str) -> HttpResponse:
-    if request.htmx:
+    if request.htmx:  # type: ignore[attr-defined]
         return render(request, "annotate/ml.html#rounds", _rounds_context(project, notice=done, error=error))
     if error:
         messages.error(request, error)

@@ -167,7 +167,8 @@ def fake_outputs(logp: np.ndarray, label_ids: list[int], sampled: int, flat: boo
     """One output per (adapter, item), adapter-major, reporting the label ids plus the sampled token."""
     outs = []
     for row in logp.reshape(-1, logp.shape[-1]):
-        ids, vals = [sampled, *label_ids], [-0.01, *row.tolist()]
+        # vLLM does not promise an order: report the labels reversed, after the sampled token.
+        ids, vals = [sampled, *label_ids[::-1]], [-0.01, *row.tolist()[::-1]]
         if flat:
             lp: Any = FakeFlatLogprobs([0], [len(ids)], ids, vals)
         else:
@@ -193,7 +194,7 @@ def test_vllm_outputs_convert_to_the_same_arrays_as_hf(
     hf = engine.score(renderer, TEXTS, adapters)
     logp = np.log(hf.p.astype(np.float64) * hf.mass[..., None].astype(np.float64))
     label_ids = renderer.label_token_ids
-    outputs = fake_outputs(logp, label_ids[::-1] and label_ids, sampled=label_ids[0], flat=flat)
+    outputs = fake_outputs(logp, label_ids, sampled=label_ids[0], flat=flat)
     p, mass = distribution_from_logprobs(outputs_to_label_logprobs(outputs, label_ids, len(TEXTS)))
     np.testing.assert_allclose(p, hf.p, atol=1e-5)
     np.testing.assert_allclose(mass, hf.mass, rtol=1e-4)

@@ -139,7 +139,7 @@ def test_lead_adjudicates_through_the_page_with_htmx_and_without(project: Projec
     science = label(project, "science")
     row = client.post(url, {"decision": science.pk, "queue": "disagreements"}, headers={"HX-Request": "true"})
     assert row.status_code == 200
-    assert 'id="item-%d"' % split.pk in row.content.decode() and "Decided: science by lena" in row.content.decode()
+    assert f'id="item-{split.pk}"' in row.content.decode() and "Decided: science by lena" in row.content.decode()
     assert "<html" not in row.content.decode()  # the row partial only
     response = client.post(url, {"decision": "unlabelable", "queue": "disagreements"})
     assert response.status_code == 302

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -166,7 +168,7 @@ def test_whole_pool_batch_returns_every_row() -> None:
     ],
 )
 def test_bad_inputs_raise_the_named_error(change: dict, message: str) -> None:
-    args = {
+    args: dict[str, Any] = {
         "uncertainty": np.array([0.1, 0.2, 0.3, 0.4]),
         "emb": np.eye(4, 3, dtype=np.float32) + 0.1,
         "labeled_emb": np.ones((1, 3), np.float32),
@@ -217,12 +219,12 @@ def test_every_strategy_returns_a_valid_batch(name: str) -> None:
 def test_unknown_strategy_is_rejected() -> None:
     with pytest.raises(SelectionInputError, match="unknown strategy"):
         select_strategy(
-            "greedy",
+            "greedy",  # type: ignore[arg-type]
             np.zeros(3),
             np.eye(3, dtype=np.float32),
             np.empty((0, 3)),
             b=1,
-            m=1,  # type: ignore[arg-type]
+            m=1,
             random_share=0.0,
             rng=0,
         )

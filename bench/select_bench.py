@@ -1,0 +1,227 @@
+"""Selection, embedding and faiss benchmarks; prints one markdown table, optionally writes JSON.
+
+    python bench/select_bench.py                 # CPU: M=20k, B=1k, L=10k (goal < 3 s), MiniLM, faiss
+    python bench/select_bench.py --gpu           # GPU: M=40k, B=5k, L=50k (goal < 2 s) on torch cuda
+
+Runs without Django and without faiss (that part is skipped with a note), so the same script works
+on the GPU machine. Selection inputs are random unit vectors: k-center cost depends only on the
+shapes. faiss inputs are clustered unit vectors (a mixture of N/100 Gaussians), closer to real
+sentence embeddings than isotropic noise when it comes to IVF recall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scoring.selection import select_batch  # noqa: E402
+
+D = 384  # MiniLM's dimension
+CPU_CONFIG = {"n": 100_000, "m": 20_000, "b": 1_000, "l": 10_000, "goal_s": 3.0}
+GPU_CONFIG = {"n": 200_000, "m": 40_000, "b": 5_000, "l": 50_000, "goal_s": 2.0}
+FAISS_POOLS = (10_000, 50_000, 200_000)
+FAISS_QUERIES = 1_000
+Row = dict[str, Any]
+
+
+def _unit(rng: np.random.Generator, n: int, d: int = D) -> np.ndarray:
+    x = rng.standard_normal((n, d), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _clustered(rng: np.random.Generator, n: int, d: int = D) -> np.ndarray:
+    centres = rng.standard_normal((max(10, n // 100), d), dtype=np.float32)
+    x = centres[rng.integers(len(centres), size=n)] + 0.7 * rng.standard_normal((n, d), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_selection(config: dict[str, Any], device: str, repeats: int) -> Row:
+    rng = np.random.default_rng(0)
+    emb, labeled, u = _unit(rng, config["n"]), _unit(rng, config["l"]), rng.random(config["n"])
+
+    def run() -> None:
+        # random_share=0: the worst case, k-center picks the whole batch.
+        select_batch(u, emb, labeled, b=config["b"], m=config["m"], random_share=0.0, rng=1, device=device)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    run()  # warm-up: thread pools, cuBLAS handles, allocator
+    seconds = _median_seconds(run, repeats)
+    shape = f"N={config['n']:,} M={config['m']:,} B={config['b']:,} L={config['l']:,} d={D}"
+    verdict = "ok" if seconds < config["goal_s"] else "OVER GOAL"
+    return {
+        "part": f"select_batch ({device})",
+        "config": shape,
+        "value": f"{seconds:.2f} s",
+        "note": f"median of {repeats}; goal < {config['goal_s']:.0f} s: {verdict}",
+        "seconds": seconds,
+    }
+
+
+def _texts(limit: int) -> tuple[list[str], str]:
+    for path in (
+        ROOT.parent / "shared" / "data" / "trec" / "train.csv",
+        ROOT / "shared" / "data" / "trec" / "train.csv",
+    ):
+        if not path.is_file():
+            continue
+        with open(path, newline="") as f:
+            return [row["text"] for row in csv.DictReader(f)][:limit], "TREC train"
+    rng = np.random.default_rng(0)
+    words = ["what", "who", "when", "where", "how", "many", "city", "river", "year", "first", "largest"]
+    return [" ".join(rng.choice(words, size=12)) + " ?" for _ in range(limit)], "synthetic"
+
+
+def bench_embeddings(limit: int, device: str | None) -> list[Row]:
+    from scoring import bundled
+    from scoring.embeddings import EmbeddingCache
+
+    try:
+        encoder = bundled.encoder_path()
+    except bundled.BundledModelMissing as missing:
+        return [{"part": "embed (MiniLM)", "config": "-", "value": "skipped", "note": str(missing)}]
+    texts, source = _texts(limit)
+    hashes = [f"{i:08x}" for i in range(len(texts))]
+    with tempfile.TemporaryDirectory() as root:
+        cache = EmbeddingCache(root, encoder, device=device)
+        cache.embed(texts[:64], hashes[:64])  # load the model and warm up outside the timing
+        start = time.perf_counter()
+        cache.embed(texts[64:], hashes[64:])
+        cold = (len(texts) - 64) / (time.perf_counter() - start)
+        start = time.perf_counter()
+        cache.embed(texts, hashes)
+        warm = len(texts) / (time.perf_counter() - start)
+    config = f"{len(texts) - 64:,} {source} texts, batch {cache.batch_size}, {device or 'auto'}"
+    return [
+        {
+            "part": "embed (MiniLM, new texts)",
+            "config": config,
+            "value": f"{cold:,.0f} items/s",
+            "note": "",
+            "rate": cold,
+        },
+        {
+            "part": "embed (cache hits)",
+            "config": f"{len(texts):,} texts",
+            "value": f"{warm:,.0f} items/s",
+            "note": "",
+            "rate": warm,
+        },
+    ]
+
+
+def bench_faiss(pools: tuple[int, ...]) -> list[Row]:
+    try:
+        import faiss
+    except ImportError:
+        return [{"part": "faiss", "config": "-", "value": "skipped", "note": "faiss is not installed here"}]
+    from scoring.index import APPROX_THRESHOLD, VectorIndex
+
+    rows: list[Row] = []
+    rng = np.random.default_rng(0)
+    for n in pools:
+        pool = _clustered(rng, n)
+        queries = pool[rng.choice(n, size=FAISS_QUERIES, replace=False)]
+        flat = VectorIndex(pool, kind="flat")
+        flat_s = _median_seconds(partial(flat.search, queries, 10), 1)
+        one_ms = 1000 * _median_seconds(partial(flat.search, queries[:1], 10), 5)
+        _, exact = flat.search(queries, 10)
+        start = time.perf_counter()
+        ivf = VectorIndex(pool, kind="ivf")
+        build_s = time.perf_counter() - start
+        ivf_s = _median_seconds(partial(ivf.search, queries, 10), 1)
+        _, approx = ivf.search(queries, 10)
+        recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(exact, approx, strict=True)])
+        flat_qps, ivf_qps = FAISS_QUERIES / flat_s, FAISS_QUERIES / ivf_s
+        rows.append(
+            {
+                "part": "faiss flat (exact)",
+                "config": f"pool {n:,}, k=10",
+                "value": f"{flat_qps:,.0f} q/s",
+                "note": f"1 query {one_ms:.1f} ms; near-dup pass over pool ≈ {n / flat_qps:,.0f} s",
+                "qps": flat_qps,
+            }
+        )
+        rows.append(
+            {
+                "part": "faiss IVF (nprobe 16)",
+                "config": f"pool {n:,}, k=10",
+                "value": f"{ivf_qps:,.0f} q/s",
+                "note": f"build {build_s:.1f} s; recall@10 {recall:.3f}; "
+                f"near-dup pass ≈ {build_s + n / ivf_qps:,.0f} s incl. build",
+                "qps": ivf_qps,
+            }
+        )
+    rows.append(
+        {
+            "part": "faiss threshold",
+            "config": "-",
+            "value": f"IVF above {APPROX_THRESHOLD:,}",
+            "note": faiss.__version__,
+        }
+    )
+    return rows
+
+
+def _table(rows: list[Row]) -> str:
+    lines = ["| part | config | result | note |", "|---|---|---|---|"]
+    lines += [f"| {r['part']} | {r['config']} | {r['value']} | {r['note']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", help="the GPU config (M=40k, B=5k, L=50k) on cuda")
+    parser.add_argument("--device", default=None, help="override the selection device (cpu / cuda)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--embed-texts", type=int, default=2_000, help="texts to embed (0 = skip)")
+    parser.add_argument("--faiss-pools", default=",".join(map(str, FAISS_POOLS)), help="comma list; '' = skip")
+    parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    args = parser.parse_args()
+
+    import torch
+
+    device = args.device or ("cuda" if args.gpu else "cpu")
+    rows = [bench_selection(GPU_CONFIG if args.gpu else CPU_CONFIG, device, args.repeats)]
+    if args.embed_texts:
+        rows += bench_embeddings(args.embed_texts, "cuda" if args.gpu else "cpu")
+    if args.faiss_pools:
+        rows += bench_faiss(tuple(int(p) for p in args.faiss_pools.split(",")))
+    machine = f"{platform.node()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    if device == "cuda":
+        machine += f", {torch.cuda.get_device_name()}"
+    print(f"machine: {machine}\n")
+    print(_table(rows))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

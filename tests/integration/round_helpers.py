@@ -1,0 +1,162 @@
+"""Shared by the round tests: a small TREC project, a simulated annotator, a live Celery worker on a
+file SQLite database the test process and the workers both see."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connections
+
+from annotate.models import Item, Label, Project, Round
+from annotate.services.imports import import_items
+from annotate.services.labeling import label_submit, next_item_for
+from annotate.services.projects import LabelInput, project_create, test_set_draw
+
+ROOT = Path(__file__).resolve().parents[2]
+TREC_CODES = {"abbreviation": "A", "description": "D", "entity": "E", "human": "H", "location": "L", "numeric": "N"}
+# Tiny and fast: 2 members, 3 training steps, 2 shards, checkpoints every step (so a kill mid-training
+# always finds one to resume from).
+TEST_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 3, "batch_size": 4, "checkpoint_every": 1}}'
+
+
+def trec_project(data_dir: Path, tmp_path: Path, *, model_dir: Path, pool: int = 60, test: int = 16, **knobs: Any) -> Project:
+    """A TREC project of ``pool`` training rows; ``test`` of them form the test set with gold labels."""
+    labels = [LabelInput(name, code) for name, code in TREC_CODES.items()]
+    settings = {
+        "model_dir": str(model_dir),
+        "ensemble_k": 2,
+        "batch_size": 8,
+        "cold_start_batches": 1,
+        "candidate_sample": 0,
+        "random_share": 0.25,
+        "mass_threshold": 0.0,
+        "test_set_size": test,
+        "scratch_every": 2,
+        "seed": 7,
+    }
+    settings.update(knobs)
+    project = project_create(name=f"trec-{tmp_path.name}", labels=labels, **settings)
+    with (data_dir / "trec" / "train.csv").open() as f:
+        rows = [row for _, row in zip(range(pool), csv.DictReader(f), strict=False)]
+    path = tmp_path / "pool.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["id", "text", "label"])
+        writer.writeheader()
+        writer.writerows({"id": f"t{i}", "text": r["text"], "label": r["label"]} for i, r in enumerate(rows))
+    import_items(project=project, path=path)
+    test_set_draw(project=project)
+    for item in Item.objects.filter(project=project, is_test=True):  # gold labels of the test set
+        item.final_label = item.gold_label
+        item.save(update_fields=["final_label"])
+    return project
+
+
+def annotator(name: str = "ann") -> Any:
+    user, _ = get_user_model().objects.get_or_create(username=name)
+    return user
+
+
+def label_batch(project: Project, user: Any, *, limit: int | None = None) -> int:
+    """The simulated annotator: takes items through next_item_for and labels them with the gold label."""
+    done = 0
+    while limit is None or done < limit:
+        item = next_item_for(project=project, annotator=user)
+        if item is None:
+            break
+        label = Label.objects.get(pk=item.gold_label_id)
+        label_submit(item=item, annotator=user, label=label, seconds_spent=4.0)
+        done += 1
+    return done
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def round_status(round_id: int) -> str:
+    return str(Round.objects.values_list("status", flat=True).get(id=round_id))
+
+
+@contextlib.contextmanager
+def file_database(var_dir: Path) -> Iterator[Path]:
+    """Point the test process's default connection at ``var_dir/db.sqlite3`` (migrated), the file the
+    workers open through VAR_DIR; restored afterwards."""
+    from django.core.management import call_command
+
+    connection = connections["default"]
+    saved = connection.settings_dict["NAME"]
+    path = var_dir / "db.sqlite3"
+    connection.close()
+    connection.settings_dict["NAME"] = str(path)
+    try:
+        call_command("migrate", verbosity=0, interactive=False)
+        yield path
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = saved
+
+
+class Workers:
+    """Real ``celery worker`` processes (own process groups) on a private Redis database."""
+
+    def __init__(self, var_dir: Path, broker: str, log_dir: Path) -> None:
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "VAR_DIR": str(var_dir),
+            "REDIS_URL": broker,
+            "ALANN_LOOP_OPTIONS": TEST_OPTIONS,
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+        }
+        self.env.pop("DATABASE_URL", None)
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        log = (self.log_dir / f"worker-{name}.log").open("ab")
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
+        cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", f"{name}@%h", "--loglevel", "INFO"]
+        self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the worker's whole process group (main process and its prefork child)."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs.pop(name)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log")))
+
+
+def purge(broker: str) -> None:
+    import redis
+
+    redis.Redis.from_url(broker).flushdb()

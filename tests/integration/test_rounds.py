@@ -1,0 +1,109 @@
+"""Round services without a broker (the synchronous driver): the state machine's guard, a cold
+start, labels, training and evaluation, a scored round 2, and the idempotence of every step."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from annotate.models import AdapterVersion, BatchItem, Item, Prediction, Round, ScoreShard
+from annotate.services import rounds, scoring
+from annotate.services.rounds import RoundError, round_request_start, round_run_sync, round_transition
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
+
+
+@pytest.fixture(autouse=True)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+
+
+def test_transition_is_guarded(shared_data: Path, tiny_llama_dir: Path, tmp_path: Path) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    with rounds.sync_mode():
+        new = round_request_start(project=project, user=None)
+    assert round_transition(new.id, "pending", "selecting")
+    assert not round_transition(new.id, "pending", "selecting")  # a replay cannot step twice
+    with pytest.raises(RoundError):
+        round_transition(new.id, "selecting", "done")
+    with pytest.raises(RoundError, match="still selecting"), rounds.sync_mode():
+        round_request_start(project=project, user=None)
+
+
+def test_cold_start_label_train_evaluate_then_scored_round(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    with rounds.sync_mode():
+        first = round_request_start(project=project, user=None)
+    first = round_run_sync(round_id=first.id)
+    assert first.status == "labeling" and first.strategy == "cold-start"
+    batch = list(BatchItem.objects.filter(round=first).values_list("item_id", "source"))
+    assert len(batch) == 8 and {s for _, s in batch} == {"cold"}
+    assert not Item.objects.filter(id__in=[i for i, _ in batch], is_test=True).exists()
+    rounds.round_select(round_id=first.id)  # a replay: no second batch
+    assert BatchItem.objects.filter(round=first).count() == 8
+
+    assert label_batch(project, annotator()) == 8
+    first = round_run_sync(round_id=first.id)
+    assert first.status == "done", first.failure_reason
+    prod = list(AdapterVersion.objects.filter(round=first, arm="prod").order_by("k"))
+    assert [a.k for a in prod] == [0, 1] and len({a.content_hash for a in prod}) == 2  # own seed per member
+    assert first.metrics["labels"] == 8 and 0.0 <= first.metrics["accuracy"] <= 1.0
+    assert "confusion" in first.metrics["prod"] and "reliability" in first.metrics["prod"]
+    assert first.metrics.get("curve_svg", "<").lstrip().startswith("<")
+    assert first.cost["labels"] == 8 and first.cost["human_minutes"] == pytest.approx(8 * 4 / 60, abs=0.01)
+    assert first.train_steps_done == first.train_steps_total > 0
+
+    with rounds.sync_mode():
+        second = round_request_start(project=project, user=None)
+    second = round_run_sync(round_id=second.id)
+    assert second.status == "labeling", second.failure_reason
+    assert second.strategy == "active" and second.items_scored == second.items_to_score > 0
+    assert ScoreShard.objects.filter(round=second, status="done").count() == 2
+    sources = set(BatchItem.objects.filter(round=second).values_list("source", flat=True))
+    assert sources == {"active", "random"}
+    labeled = set(BatchItem.objects.filter(round=first).values_list("item_id", flat=True))
+    assert not labeled & set(BatchItem.objects.filter(round=second).values_list("item_id", flat=True))
+    assert Prediction.objects.filter(round=second, adapter_set_hash=second.adapter_set_hash).count() > 0
+
+    # A rerun of scoring rescores nothing: every shard is done and its file untouched.
+    mtimes = [os.stat(p).st_mtime_ns for p in ScoreShard.objects.filter(round=second).values_list("path", flat=True)]
+    for shard in range(2):
+        scoring.score_shard_run(round_id=second.id, shard=shard)
+    assert [os.stat(p).st_mtime_ns for p in ScoreShard.objects.filter(round=second).values_list("path", flat=True)] == mtimes
+    assert set(ScoreShard.objects.filter(round=second).values_list("attempts", flat=True)) == {1}
+
+    label_batch(project, annotator())
+    second = round_run_sync(round_id=second.id)
+    assert second.status == "done", second.failure_reason
+    arms = {a.arm for a in AdapterVersion.objects.filter(round=second)}
+    assert arms == {"prod", "scratch", "active", "random"}  # round 2 is a scratch round (scratch_every=2)
+    assert second.metrics["arms"]["active"]["labels"] == second.metrics["arms"]["random"]["labels"]
+    assert "gain_text" in second.metrics and "scratch_vs_warm" in second.metrics
+    warm = AdapterVersion.objects.get(round=second, arm="prod", k=0).warm_from
+    assert warm is not None and warm.round_id == first.id
+    assert {p["arm"] for p in second.metrics["points"]} == {"prod", "active", "random"}
+
+
+def test_selection_refuses_scores_of_an_older_adapter_set(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    with rounds.sync_mode():
+        first = round_request_start(project=project, user=None)
+    round_run_sync(round_id=first.id)
+    label_batch(project, annotator())
+    round_run_sync(round_id=first.id)
+    with rounds.sync_mode():
+        second = round_request_start(project=project, user=None)
+    round_run_sync(round_id=second.id, until=("selecting",))
+    Round.objects.filter(id=second.id).update(adapter_set_hash="an-older-set")
+    from scoring.cache import StaleScoresError
+
+    with pytest.raises(StaleScoresError):
+        rounds.round_select(round_id=second.id)
+    assert not BatchItem.objects.filter(round=second).exists()
