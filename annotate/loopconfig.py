@@ -18,8 +18,8 @@ from django.conf import settings
 
 from annotate.models import Label, Project
 from scoring.prompts import LabelSpec, PromptSpec
-from training.lora import TrainConfig
 from training.loop import LoopConfig, RescoringConfig, SelectionConfig
+from training.lora import TrainConfig
 
 # CPU profile: a round's retrain must finish in minutes on 2 cores. 40 steps of 8 prompts is
 # 320 examples (two passes over a few cold-start batches); lr 1e-3 because so few steps at 2e-4

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
+from annotate import api
 from annotate.views import annotator, data, home, lead, ml, setup
 
 urlpatterns = [
@@ -35,4 +36,7 @@ urlpatterns = [
     path("p/<int:project_id>/ml/rounds/", ml.ml_rounds, name="ml_rounds"),
     path("p/<int:project_id>/ml/rounds/start/", ml.ml_round_start, name="ml_round_start"),
     path("p/<int:project_id>/ml/rounds/retrain/", ml.ml_round_retrain, name="ml_round_retrain"),
+    # REST (token auth)
+    path("api/projects/<int:project_id>/rounds/", api.api_round_start, name="api_round_start"),
+    path("api/rounds/<int:round_id>/", api.api_round, name="api_round"),
 ]

@@ -16,9 +16,11 @@ Progress lines go to OUT/progress.log as they happen; the table and JSON to OUT/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -98,12 +100,17 @@ def build_renderer(cfg: dict[str, Any]) -> Any:
     )
     rng = random.Random(cfg["seed"] + 1)
     few_shot: list[tuple[str, str]] = []
+    revision = model_revision(cfg["model_dir"])
     while True:
         spec = PromptSpec(instructions, labels, tuple(few_shot), "Text: {text}")
-        renderer = PromptRenderer(tokenizer, spec, model_revision=model_revision(cfg["model_dir"]), max_context=2048)
-        if cfg["short"] or len(renderer.prefix_ids) >= cfg["prefix_tokens"]:
+        renderer = PromptRenderer(tokenizer, spec, model_revision=revision, max_context=2048)
+        missing = cfg["prefix_tokens"] - len(renderer.prefix_ids)
+        if cfg["short"] or missing <= 0:
             return renderer
-        few_shot.append(synthetic_item(rng, short=False))
+        while missing > 0:  # add examples by their token estimate (+10 for the chat turn markup), then re-render
+            example = synthetic_item(rng, short=False)
+            few_shot.append(example)
+            missing -= len(tokenizer.encode(example[0], add_special_tokens=False)) + 10
 
 
 def texts_for(cfg: dict[str, Any]) -> list[str]:
@@ -167,7 +174,7 @@ def make_adapters(model_dir: str, root: Path, k: int, seed: int) -> list[str]:
             for name, param in model.named_parameters():
                 if "lora_B" in name:  # PEFT starts B at zero (a no-op adapter); random B makes them differ
                     torch.nn.init.normal_(param, std=0.02)
-            model.save_pretrained(out)
+            model.save_pretrained(str(out))
         paths.append(str(out))
     return paths
 
@@ -194,13 +201,26 @@ def worker_prep(cfg: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- engines
 
 
-def run_config(cfg: dict[str, Any], engine: Any, renderer: Any, texts: list[str], name: str, k: int) -> None:
-    """Warm up (adapter load, prefix cache), then time one score() call over all texts."""
+def cache_counts(engine: Any) -> tuple[float, float] | None:
+    """vLLM's (queried, hit) prefix-cache tokens so far; None for HF or when metrics are unavailable."""
+    counts = getattr(engine, "prefix_cache_counts", None)
+    if counts is None:
+        return None
+    try:
+        return tuple(counts())  # type: ignore[return-value]
+    except Exception as exc:  # a metrics API change must not cost the throughput numbers
+        log(f"prefix-cache metrics unavailable: {exc!r}")
+        return None
+
+
+def run_config(
+    cfg: dict[str, Any], engine: Any, renderer: Any, texts: list[str], name: str, k: int, warmup: int
+) -> None:
+    """Warm up (adapter load, prefix cache, CUDA graphs), then time one score() call over all texts."""
     try:
         adapters = adapter_refs(cfg, k)
-        engine.score(renderer, texts[: min(256, len(texts))], adapters)
-        counts = getattr(engine, "prefix_cache_counts", None)
-        before = counts() if counts and cfg["metrics"] else None
+        engine.score(renderer, texts[: min(warmup, len(texts))], adapters)
+        before = cache_counts(engine)
         t0 = time.perf_counter()
         result = engine.score(renderer, texts, adapters)
         wall = time.perf_counter() - t0
@@ -214,8 +234,8 @@ def run_config(cfg: dict[str, Any], engine: Any, renderer: Any, texts: list[str]
             "timings": {key: round(v, 3) for key, v in engine.last_timings.items()},
             "mean_mass": float(result.mass.mean()),
         }
-        if before is not None:
-            after = counts()
+        after = cache_counts(engine) if before is not None else None
+        if before is not None and after is not None:
             queries, hits = after[0] - before[0], after[1] - before[1]
             row["prefix_hit"] = hits / queries if queries else None
         elif result.computed_tokens:
@@ -246,7 +266,7 @@ def worker_vllm(cfg: dict[str, Any]) -> None:
     k = cfg["adapters"]
     for name, n_adapters in (("vllm base", 0), ("vllm 1 adapter", 1), (f"vllm K={k} mixed", k)):
         if n_adapters <= k:
-            run_config(cfg, engine, renderer, texts, name, n_adapters)
+            run_config(cfg, engine, renderer, texts, name, n_adapters, warmup=256)
 
 
 def worker_hf(cfg: dict[str, Any]) -> None:
@@ -259,9 +279,11 @@ def worker_hf(cfg: dict[str, Any]) -> None:
     renderer = build_renderer(cfg)
     texts = texts_for(cfg)[: cfg["hf_n"] or cfg["n"]]
     k = cfg["adapters"]
+    warmup = 64 if on_gpu else 4
     log(f"hf on {engine.device}: {len(texts)} items")
-    run_config(cfg, engine, renderer, texts[: max(cfg["n_parity"], 64)], "hf base", 0)
-    run_config(cfg, engine, renderer, texts, f"hf K={k}", k)
+    if cfg["hf_base_n"]:
+        run_config(cfg, engine, renderer, texts[: cfg["hf_base_n"]], "hf base", 0, warmup)
+    run_config(cfg, engine, renderer, texts, f"hf K={k}", k, warmup)
 
 
 # ---------------------------------------------------------------------------------------- parent
@@ -270,13 +292,19 @@ def worker_hf(cfg: dict[str, Any]) -> None:
 def run_stage(stage: str, cfg_path: Path, timeout: int) -> bool:
     log(f"stage {stage}: start (timeout {timeout}s)")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", stage, "--config", str(cfg_path)]
+    # Own process group: on timeout the whole group goes, including vLLM's spawned engine-core
+    # process, which would otherwise keep holding the GPU for the next stage.
+    proc = subprocess.Popen(cmd, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, timeout=timeout, check=False)
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        log(f"stage {stage}: TIMED OUT after {timeout}s")
+        log(f"stage {stage}: TIMED OUT after {timeout}s; killing its process group")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         return False
-    log(f"stage {stage}: exit {proc.returncode}")
-    return proc.returncode == 0
+    log(f"stage {stage}: exit {code}")
+    return code == 0
 
 
 def parity(work: Path, a: str, b: str) -> dict[str, float] | None:
@@ -301,7 +329,8 @@ def parity(work: Path, a: str, b: str) -> dict[str, float] | None:
 def table(rows: list[dict[str, Any]], work: Path, k: int) -> tuple[str, dict[str, Any]]:
     pairs = {"vllm base": "hf base", f"vllm K={k} mixed": f"hf K={k}"}
     lines = [
-        "| engine / config | requests | items/s | requests/s | prefix-cache hit | parity vs hf (mean / max abs, argmax) | notes |",
+        "| engine / config | requests | items/s | requests/s | prefix-cache hit "
+        "| parity vs hf (mean / max abs, argmax) | notes |",
         "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     parities: dict[str, Any] = {}
@@ -344,7 +373,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--vllm-timeout", type=int, default=600)
-    ap.add_argument("--stage-timeout", type=int, default=300, help="timeout of the prep and hf stages")
+    ap.add_argument("--stage-timeout", type=int, default=900, help="timeout of the prep and hf stages")
+    ap.add_argument("--budget", type=int, default=0, help="total seconds for all stages (0: no limit)")
     ap.add_argument("--worker", choices=["prep", "vllm", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -392,35 +422,49 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "n_parity": min(args.n_parity, args.n),
         "hf_n": args.hf_n or min(args.n, 2048),
+        # HF base is the parity reference for "vllm base"; alone (CPU) it is skipped to save time.
+        "hf_base_n": min(args.n_parity, args.n) if args.engine == "both" else 0,
         "hf_batch": args.hf_batch,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": args.enforce_eager,
         "gpu_memory_utilization": args.gpu_memory_utilization,
-        "metrics": True,
     }
     cfg_path = work / "config.json"
     cfg_path.write_text(json.dumps(cfg, indent=1))
     log(f"score bench: engine={args.engine} n={args.n} K={args.adapters} out={out}")
-    if not run_stage("prep", cfg_path, args.stage_timeout):
+    deadline = time.monotonic() + args.budget if args.budget else None
+
+    def limit(stage_timeout: int) -> int:
+        # Leave the parent time to write the table before an outer `timeout` kills everything.
+        return stage_timeout if deadline is None else max(1, min(stage_timeout, int(deadline - time.monotonic())))
+
+    if not run_stage("prep", cfg_path, limit(args.stage_timeout)):
         log("prep failed: no engine can run")
         return 1
     if args.engine in ("vllm", "both"):
-        run_stage("vllm", cfg_path, args.vllm_timeout)
+        run_stage("vllm", cfg_path, limit(args.vllm_timeout))
+        write_report(args, out, work, cfg_path, echo=False)  # partial results survive a later timeout
     if args.engine in ("hf", "both"):
-        run_stage("hf", cfg_path, args.stage_timeout)
+        run_stage("hf", cfg_path, limit(args.stage_timeout))
+    return write_report(args, out, work, cfg_path)
+
+
+def write_report(args: argparse.Namespace, out: Path, work: Path, cfg_path: Path, echo: bool = True) -> int:
     rows_path = work / "rows.jsonl"
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.is_file() else []
     prepared = json.loads(cfg_path.read_text())
     text, parities = table(rows, work, args.adapters)
     header = (
         f"Scoring bench: model {Path(prepared['model_dir']).name}, {args.n} items, prefix "
-        f"{prepared.get('prefix_len')} tokens + item ~{prepared.get('mean_suffix_len', 0):.0f} tokens, K={args.adapters}"
+        f"{prepared.get('prefix_len')} tokens + item ~{prepared.get('mean_suffix_len', 0):.0f} tokens, "
+        f"K={args.adapters}"
     )
     report = f"{header}\n\n{text}\n\nnotes: timings in seconds inside one score() call (render = batch tokenization)."
     (out / "table.md").write_text(report + "\n")
     (out / "results.json").write_text(json.dumps({"config": prepared, "rows": rows, "parity": parities}, indent=1))
-    print("\n" + report, flush=True)
+    if echo:
+        print("\n" + report, flush=True)
     return 0 if rows and all("error" not in r for r in rows) else 2
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import statistics
 import sys
@@ -51,12 +52,18 @@ def _clustered(rng: np.random.Generator, n: int, d: int = D) -> np.ndarray:
 
 
 def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
+    return _timed(fn, repeats)[0]
+
+
+def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """Median wall seconds and median process CPU seconds (all threads) over ``repeats`` calls."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def bench_selection(config: dict[str, Any], device: str, repeats: int) -> Row:
@@ -72,15 +79,33 @@ def bench_selection(config: dict[str, Any], device: str, repeats: int) -> Row:
             torch.cuda.synchronize()
 
     run()  # warm-up: thread pools, cuBLAS handles, allocator
-    seconds = _median_seconds(run, repeats)
+    seconds, cpu_seconds = _timed(run, repeats)
     shape = f"N={config['n']:,} M={config['m']:,} B={config['b']:,} L={config['l']:,} d={D}"
     verdict = "ok" if seconds < config["goal_s"] else "OVER GOAL"
     return {
         "part": f"select_batch ({device})",
         "config": shape,
         "value": f"{seconds:.2f} s",
-        "note": f"median of {repeats}; goal < {config['goal_s']:.0f} s: {verdict}",
+        "note": f"median of {repeats}, {cpu_seconds:.2f} s process CPU; goal < {config['goal_s']:.0f} s: {verdict}",
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+    }
+
+
+def bench_device_parity(device: str) -> Row:
+    """Same picks on the accelerator as on the CPU (float32 either way; TF32 stays off by default)."""
+    from scoring.selection import kcenter_greedy
+
+    rng = np.random.default_rng(2)
+    cand, seeds = _unit(rng, 4_000), _unit(rng, 2_000)
+    here = kcenter_greedy(cand, seeds, 500, device=device)
+    cpu = kcenter_greedy(cand, seeds, 500, device="cpu")
+    agree = int(np.cumprod(here == cpu).sum())
+    return {
+        "part": f"kcenter {device} vs cpu",
+        "config": "M=4,000 L=2,000 k=500",
+        "value": f"{agree}/500",
+        "note": "picks identical before the first divergence",
     }
 
 
@@ -98,12 +123,12 @@ def _texts(limit: int) -> tuple[list[str], str]:
     return [" ".join(rng.choice(words, size=12)) + " ?" for _ in range(limit)], "synthetic"
 
 
-def bench_embeddings(limit: int, device: str | None) -> list[Row]:
+def bench_embeddings(limit: int, device: str | None, encoder_dir: str | None) -> list[Row]:
     from scoring import bundled
     from scoring.embeddings import EmbeddingCache
 
     try:
-        encoder = bundled.encoder_path()
+        encoder = bundled.encoder_path(encoder_dir)
     except bundled.BundledModelMissing as missing:
         return [{"part": "embed (MiniLM)", "config": "-", "value": "skipped", "note": str(missing)}]
     texts, source = _texts(limit)
@@ -202,6 +227,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--embed-texts", type=int, default=2_000, help="texts to embed (0 = skip)")
     parser.add_argument("--faiss-pools", default=",".join(map(str, FAISS_POOLS)), help="comma list; '' = skip")
+    parser.add_argument("--encoder-dir", default=None, help="a sentence-transformers dir (default: bundled MiniLM)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
 
@@ -209,11 +235,17 @@ def main() -> None:
 
     device = args.device or ("cuda" if args.gpu else "cpu")
     rows = [bench_selection(GPU_CONFIG if args.gpu else CPU_CONFIG, device, args.repeats)]
+    if device != "cpu":
+        rows.append(bench_device_parity(device))
     if args.embed_texts:
-        rows += bench_embeddings(args.embed_texts, "cuda" if args.gpu else "cpu")
+        rows += bench_embeddings(args.embed_texts, "cuda" if args.gpu else "cpu", args.encoder_dir)
     if args.faiss_pools:
         rows += bench_faiss(tuple(int(p) for p in args.faiss_pools.split(",")))
-    machine = f"{platform.node()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    machine = (
+        f"{platform.node()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}, load average {load} (at the end)"
+    )
     if device == "cuda":
         machine += f", {torch.cuda.get_device_name()}"
     print(f"machine: {machine}\n")

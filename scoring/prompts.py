@@ -136,6 +136,18 @@ class PromptRenderer:
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def _encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """One batched call; the Rust backend's encode_batch_fast (no offsets, parallel) when there is
+        one: the main process tokenizes every item of the pool, so this is on the scoring hot path.
+        Its ids are checked against the transformers path on the verified items."""
+        if not texts:
+            return []
+        backend = getattr(self.tokenizer, "_tokenizer", None)
+        fast = getattr(backend, "encode_batch_fast", None)
+        if fast is not None:
+            return [encoding.ids for encoding in fast(list(texts), add_special_tokens=False)]
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     # -- rendering ------------------------------------------------------------------------------
 
     def _suffix_text(self, text: str) -> str:
@@ -157,9 +169,7 @@ class PromptRenderer:
         """Suffix ids of every text (one batched tokenizer call). Long items are truncated with a
         marker and flagged, never dropped. The first ``verify`` items are checked against a full
         chat-template render."""
-        suffixes = [self._suffix_text(text) for text in texts]
-        encoded = self.tokenizer(suffixes, add_special_tokens=False)["input_ids"] if texts else []
-        suffix_ids = [list(ids) for ids in encoded]
+        suffix_ids = self._encode_batch([self._suffix_text(text) for text in texts])
         truncated = np.zeros(len(texts), dtype=bool)
         for i, ids in enumerate(suffix_ids):
             if len(ids) > self.max_suffix:
@@ -172,8 +182,7 @@ class PromptRenderer:
     def verify(self, texts: Sequence[str]) -> None:
         """Render ``texts`` fully with the chat template; raise PrefixMismatchError unless each equals
         ``prefix_ids + suffix``."""
-        suffixes = self.tokenizer([self._suffix_text(t) for t in texts], add_special_tokens=False)["input_ids"]
-        self._check(texts, [list(s) for s in suffixes])
+        self._check(texts, self._encode_batch([self._suffix_text(t) for t in texts]))
 
     def _check(self, texts: Sequence[str], suffix_ids: Sequence[list[int]]) -> None:
         n = len(self.prefix_ids)

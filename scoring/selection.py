@@ -145,7 +145,17 @@ def kcenter_greedy(
         if len(seeds) == 0:
             nearest.fill_(-2.0)  # below any cosine, so the first update replaces it outright
             nearest[first] = float("-inf")  # the forced first pick: argmin lands on it
-        return _farthest_first(c, nearest, k).cpu().numpy()
+        if dev.type != "cpu":
+            return _farthest_first(c, nearest, k).cpu().numpy()
+        # One thread for the loop: each step is a memory-bound M×d matrix-vector product too small
+        # to split, and on a busy 2-core host a second BLAS thread waiting for its partner made
+        # the loop 5× slower (bench/RESULTS-select.md). The tiled pass above keeps every thread.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _farthest_first(c, nearest, k).numpy()
+        finally:
+            torch.set_num_threads(threads)
 
 
 def select_cold_start(

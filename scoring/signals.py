@@ -67,10 +67,9 @@ def ensemble_disagreement(p: np.ndarray) -> np.ndarray:
 
         BALD = H(p̄) - (1/K) Σ_k H(p_k)  ≥ 0,
 
-    high when members are each confident but disagree. Needs K ≥ 2 (it is 0 for one member). [N]"""
+    high when members are each confident but disagree. With one member (the base model, K = 1) it is
+    0 for every item: rank those rounds by margin or entropy instead (see rescoring.first_pass_kind). [N]"""
     probs = _as_3d(p)
-    if probs.shape[0] < 2:
-        raise SignalInputError("ensemble disagreement (BALD) needs K >= 2 adapters; use margin or entropy")
     return np.clip(_entropy(probs.mean(axis=0)) - _entropy(probs).mean(axis=0), 0.0, None)
 
 

@@ -380,11 +380,15 @@ def evaluate_adapters(
 
 def curve_svg(points: Sequence[dict[str, Any]], title: str) -> str:
     """Learning curves (test accuracy vs labels used) of the prod, active and random arms."""
-    try:
-        from training.curves import learning_curve_svg
-    except ImportError:  # TEMP until training/curves.py lands
-        return ""
-    series: dict[str, list[tuple[float, float]]] = {}
+    from training.curves import learning_curve_svg
+
+    series: dict[str, list[tuple[int, float]]] = {}
     for point in points:
-        series.setdefault(str(point["arm"]), []).append((float(point["labels"]), float(point["accuracy"])))
-    return learning_curve_svg({arm: sorted(xy) for arm, xy in series.items()}, title)
+        series.setdefault(str(point["arm"]), []).append((int(point["labels"]), float(point["accuracy"])))
+    return learning_curve_svg({arm: sorted(xy) for arm, xy in series.items()}, title=title)
+
+
+def reliability_svg(bins: Sequence[dict[str, Any]], title: str) -> str:
+    from training.curves import reliability_svg as draw
+
+    return draw(bins, title=title)

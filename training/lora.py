@@ -22,6 +22,9 @@ Choices, and why:
   adapter weights and the AdamW state saved in a checkpoint, a run killed at any step and started
   again ends bit-identical to an uninterrupted run (on the same device and thread count).
 
+One trainer per ``out_dir`` at a time (the round's status guard ensures it): two live runs would
+share checkpoints. A second run that merely finishes later finds the published adapter and keeps it.
+
 Layout of one run, for ``out_dir = <root>/adapter-0``:
 
     <root>/.adapter-0.ckpt/step-000025/   adapter (PEFT), optimizer.pt, state.json — deleted at the end
@@ -101,6 +104,12 @@ class TrainConfig:
     checkpoint_every: int = 25
     # "full_vocab" (default) or "label_softmax": see the module docstring.
     loss: Literal["full_vocab", "label_softmax"] = "full_vocab"
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.epochs < 1 or self.batch_size < 1 or self.max_steps < 0 or self.lr <= 0:
+            raise ValueError(f"invalid training config: {self}")
+        if self.loss not in ("full_vocab", "label_softmax"):
+            raise ValueError(f"loss must be 'full_vocab' or 'label_softmax', not {self.loss!r}")
 
 
 @dataclass(frozen=True)
@@ -479,7 +488,7 @@ def _load_base(model_dir: Path, device: str) -> Any:
     from transformers import AutoModelForCausalLM
 
     # float32: LoRA updates of ~lr × grad vanish in bf16 weights, and CPU bf16 matmuls are slow.
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     return model.to(device)
 
 

@@ -21,8 +21,6 @@ from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotate.models import Adjudication, Annotation, BatchItem, Item, Label, Lease, Project, Round, Skip
@@ -53,32 +51,63 @@ def _now(now: datetime | None) -> datetime:
     return now if now is not None else timezone.now()
 
 
-def _count(qs: QuerySet[Any]) -> Coalesce:
-    return Coalesce(
-        Subquery(qs.order_by().values("item").annotate(n=Count("*")).values("n")[:1], output_field=IntegerField()),
-        0,
+# The hot path of every annotator request, in SQL that SQLite and PostgreSQL both run: the ORM
+# version of this query cost more to build than to execute. Cheap column tests come first.
+_OPEN_ITEMS_SQL = """
+SELECT i.id FROM {item} i {batch_join}
+WHERE i.project_id = %(project)s AND i.final_label_id IS NULL AND i.state = %(pool)s AND i.is_test = %(is_test)s
+  {only}
+  AND NOT EXISTS (SELECT 1 FROM {annotation} mine WHERE mine.item_id = i.id AND mine.annotator_id = %(user)s)
+  AND NOT EXISTS (SELECT 1 FROM {skip} sk WHERE sk.item_id = i.id AND sk.annotator_id = %(user)s)
+  {room}
+ORDER BY {order} LIMIT 1 {lock}
+"""
+_BATCH_JOIN = "JOIN {batchitem} b ON b.item_id = i.id JOIN {round} r ON r.id = b.round_id AND r.status = %(labeling)s"
+# Places used on an item: its annotations plus the live leases of others.
+_TAKEN_SQL = """(SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = i.id)
+  + (SELECT COUNT(*) FROM {lease} l WHERE l.item_id = i.id AND l.expires_at > %(now)s AND l.annotator_id <> %(user)s)"""
+_TABLES = {
+    m.__name__.lower(): m._meta.db_table for m in (Item, BatchItem, Round, Annotation, Skip, Lease)
+}
+
+
+def _open_item_id(
+    *, project: Project, annotator: Any, queue: Queue, now: datetime, only: int | None = None, lock: bool = False
+) -> int | None:
+    """The first item of `queue` open to `annotator`: in the queue, not finalised, in the pool, not
+    labelled or skipped by them; with room for them unless `only` (then: just that item, room not
+    checked). `lock`: FOR UPDATE SKIP LOCKED on PostgreSQL."""
+    batch = queue == "batch"
+    sql = _OPEN_ITEMS_SQL.format(
+        batch_join=_BATCH_JOIN.format(**_TABLES) if batch else "",
+        only="AND i.id = %(only)s" if only is not None else "",
+        room="" if only is not None else f"AND {_TAKEN_SQL.format(**_TABLES)} < i.required_labels",
+        order="r.number, b.rank, i.id" if batch else "i.id",
+        lock="FOR UPDATE OF i SKIP LOCKED" if lock and connection.features.has_select_for_update_skip_locked else "",
+        **_TABLES,
     )
+    params = {
+        "project": project.pk,
+        "pool": Item.State.POOL.value,
+        "is_test": not batch,
+        "user": annotator.pk,
+        "labeling": Round.Status.LABELING.value,
+        "now": connection.ops.adapt_datetimefield_value(now),
+        "only": only,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return int(row[0]) if row else None
 
 
-def _taken(*, now: datetime, excluding: Any = None) -> Any:
-    """Places used on an item: its annotations plus live leases (of others than `excluding`)."""
-    leases = Lease.objects.filter(item=OuterRef("pk"), expires_at__gt=now)
-    if excluding is not None:
-        leases = leases.exclude(annotator=excluding)
-    return _count(Annotation.objects.filter(item=OuterRef("pk"))) + _count(leases)
-
-
-def _open_items(*, project: Project, annotator: Any, queue: Queue) -> QuerySet[Item]:
-    """Items this annotator may still be given in `queue` (room not checked)."""
-    items = Item.objects.filter(project=project, state=Item.State.POOL, final_label__isnull=True)
-    items = items.exclude(annotations__annotator=annotator).exclude(skips__annotator=annotator)
-    if queue == "test":
-        return items.filter(is_test=True).order_by("id")
-    return items.filter(
-        is_test=False,
-        batch_rows__round__project=project,
-        batch_rows__round__status=Round.Status.LABELING,
-    ).order_by("batch_rows__round__number", "batch_rows__rank", "id")
+def _room_left(*, item_id: int, annotator: Any, now: datetime) -> bool:
+    sql = f"SELECT {_TAKEN_SQL.format(**_TABLES)} < i.required_labels FROM {_TABLES['item']} i WHERE i.id = %(id)s"
+    params = {"id": item_id, "user": annotator.pk, "now": connection.ops.adapt_datetimefield_value(now)}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def _lock_user(annotator: Any) -> None:
@@ -100,27 +129,15 @@ def _held_item(*, project: Project, annotator: Any, queue: Queue, now: datetime)
     item_id = lease.values_list("item_id", flat=True).first()
     if item_id is None:
         return None
-    return _open_items(project=project, annotator=annotator, queue=queue).filter(pk=item_id).first()
+    if _open_item_id(project=project, annotator=annotator, queue=queue, now=now, only=item_id) is None:
+        return None
+    return Item.objects.get(pk=item_id)
 
 
 def _lease(*, item: Item, annotator: Any, project: Project, now: datetime) -> None:
-    """One live lease per annotator per project: taking a new item lets go of any other."""
-    Lease.objects.filter(annotator=annotator, item__project=project).exclude(item=item).delete()
-    expires = now + timedelta(seconds=project.lease_seconds)
-    updated = Lease.objects.filter(item=item, annotator=annotator).update(created_at=now, expires_at=expires)
-    if not updated:
-        Lease.objects.create(item=item, annotator=annotator, expires_at=expires)
-        Lease.objects.filter(item=item, annotator=annotator).update(created_at=now)  # auto_now_add ignores `now`
-
-
-def _room_left(*, item_id: int, annotator: Any, now: datetime) -> bool:
-    row = (
-        Item.objects.filter(pk=item_id)
-        .annotate(taken=_taken(now=now, excluding=annotator))
-        .values_list("taken", "required_labels")
-    )
-    taken, required = row.get()
-    return bool(taken < required)
+    """One live lease per annotator per project: taking an item lets go of any other they held."""
+    Lease.objects.filter(annotator=annotator, item__project=project).delete()
+    Lease.objects.create(item=item, annotator=annotator, expires_at=now + timedelta(seconds=project.lease_seconds))
 
 
 def next_item_for(
@@ -143,18 +160,13 @@ def next_item_for(
         held = _held_item(project=project, annotator=annotator, queue=queue, now=now)
         if held is not None:
             return held
-        candidates = _open_items(project=project, annotator=annotator, queue=queue)
-        candidates = candidates.annotate(taken=_taken(now=now, excluding=annotator)).filter(
-            taken__lt=F("required_labels")
-        )
-        if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
         for _ in range(_LOCK_ATTEMPTS):
-            item = candidates.first()
-            if item is None:
+            item_id = _open_item_id(project=project, annotator=annotator, queue=queue, now=now, lock=True)
+            if item_id is None:
                 return None
             # Postgres: the candidate query's snapshot predates leases committed while we waited; recount.
-            if _room_left(item_id=item.pk, annotator=annotator, now=now):
+            if _room_left(item_id=item_id, annotator=annotator, now=now):
+                item = Item.objects.get(pk=item_id)
                 _lease(item=item, annotator=annotator, project=project, now=now)
                 return item
         return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +310,9 @@ def embeddings(texts: list[str], hashes: list[str]) -> np.ndarray:
 
 
 def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
-    rows = dict((i, (t, h)) for i, t, h in Item.objects.filter(id__in=ids.tolist()).values_list("id", "text", "text_hash"))
+    rows = dict(
+        (i, (t, h)) for i, t, h in Item.objects.filter(id__in=ids.tolist()).values_list("id", "text", "text_hash")
+    )
     return [rows[int(i)][0] for i in ids], [rows[int(i)][1] for i in ids]
 
 

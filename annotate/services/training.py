@@ -197,7 +197,9 @@ def _cost(row: Round, metrics: dict[str, Any], labels_used: int) -> dict[str, An
     annotations = Annotation.objects.filter(round=row)
     seconds = annotations.aggregate(s=Sum("seconds_spent"))["s"] or 0.0
     cost.update({"labels": annotations.count(), "labels_total": labels_used, "human_minutes": round(seconds / 60, 2)})
-    previous = Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
+    previous = (
+        Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
+    )
     before = (previous.metrics or {}) if previous is not None else {}
     if "accuracy" in metrics and "accuracy" in before and labels_used > int(before.get("labels", 0)):
         gained = metrics["accuracy"] - float(before["accuracy"])
@@ -236,13 +238,17 @@ def round_evaluate_run(*, round_id: int) -> Round:
             }
     else:
         metrics["note"] = "the test set has no labels yet: label it (annotator test queue) or import gold labels"
-    metrics.update({k: v for k, v in (row.metrics or {}).items() if k not in metrics and k != "curve_svg"})
+    metrics.update({k: v for k, v in (row.metrics or {}).items() if k not in metrics and not k.endswith("_svg")})
     metrics["points"] = _points(row, metrics, labels_used)
     if metrics["points"]:
         title = f"{row.project.name}: test accuracy vs labels"
-        svg = loop.curve_svg(metrics["points"], title)
-        if svg:
-            metrics["curve_svg"] = svg
+        if metrics.get("gain_text"):
+            title += f"\n{metrics['gain_text']}"
+        metrics["curve_svg"] = loop.curve_svg(metrics["points"], title)
+    if "prod" in metrics:
+        metrics["reliability_svg"] = loop.reliability_svg(
+            metrics["prod"]["reliability"], f"Round {row.number} reliability"
+        )
     add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_name())
     with transaction.atomic():
         round_transition(row.id, S.EVALUATING, S.DONE, metrics=_clean(metrics), cost=_cost(row, metrics, labels_used))

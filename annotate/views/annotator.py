@@ -62,7 +62,7 @@ def _panel(
         "saved": saved,
         "error": error,
         "buttons": label_buttons(project=project),
-        "suggestion": suggestion_for(item=shown) if shown is not None else None,
+        "suggestion": suggestion_for(item=shown, project=project) if shown is not None else None,
         "progress": progress_for(project=project, annotator=request.user),
     }
     if request.htmx:  # type: ignore[attr-defined]

@@ -97,7 +97,8 @@ class HFEngine:
         if cache_key not in self._kv:
             ids = torch.tensor([renderer.prefix_ids], device=self.device)
             out = self.base.get_decoder()(input_ids=ids, use_cache=True)
-            cache = getattr(out, "cache", None) or out.past_key_values
+            cache = getattr(out, "cache", None)  # transformers >= 5.2x; `past_key_values` before
+            cache = cache if cache is not None else out.past_key_values
             self._kv[cache_key] = [(layer.keys, layer.values) for layer in cache.layers]
             while len(self._kv) > self.max_cached_prefixes:
                 self._kv.popitem(last=False)
@@ -122,8 +123,10 @@ class HFEngine:
         positions = (past + torch.arange(width)).expand(n_rows, width)
         kwargs: dict[str, Any] = {}
         if kv is not None:
-            expanded = [(k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1)) for k, v in kv]
-            kwargs = {self._cache_kw: DynamicCache(ddp_cache_data=expanded), "use_cache": True}
+            cache = DynamicCache()  # filled through update(): stable across transformers 5.x releases
+            for layer_idx, (k, v) in enumerate(kv):
+                cache.update(k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1), layer_idx)
+            kwargs = {self._cache_kw: cache, "use_cache": True}
         hidden = self.base.get_decoder()(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),

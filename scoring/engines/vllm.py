@@ -109,7 +109,7 @@ class VLLMEngine:
         max_num_seqs: int = 1024,
         max_num_batched_tokens: int = 65_536,
         gpu_memory_utilization: float = 0.5,
-        max_model_len: int = 2048,
+        max_model_len: int = 2304,
         dtype: str = "bfloat16",
         enforce_eager: bool = False,
         disable_log_stats: bool = True,
@@ -118,12 +118,15 @@ class VLLMEngine:
         from vllm import LLM
 
         self.enable_lora = enable_lora
+        self.max_model_len = max_model_len
         self.llm = LLM(
             model=model_dir,
             tokenizer=model_dir,
             dtype=dtype,  # the checkpoint is bf16 (dequantized GGUF); fp32 would halve throughput for nothing
             seed=seed,
-            max_model_len=max_model_len,  # = the renderer's max_context: longer items are truncated before us
+            # > the renderer's max_context (2048 by default; longer items are truncated before us), leaving
+            # room for the one generated token; it only caps per-sequence length, not memory.
+            max_model_len=max_model_len,
             enable_prefix_caching=True,  # the ~800-token instruction + few-shot prefix is shared by every request
             enable_lora=enable_lora,
             # LoRA adapters are rank 8 (training default); 16 leaves headroom without padding the kernels much.
@@ -158,6 +161,10 @@ class VLLMEngine:
         from vllm.lora.request import LoRARequest
 
         validate_adapters(adapters)
+        if renderer.max_context >= self.max_model_len:
+            raise ValueError(
+                f"renderer max_context {renderer.max_context} must be < max_model_len {self.max_model_len}"
+            )
         if adapters and not self.enable_lora:
             raise ValueError("this engine was started with enable_lora=False")
         if not texts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,8 +35,9 @@ def model_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
     out = tmp_path_factory.mktemp("sharp-tiny-llama")
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    embeddings: Any = model.get_input_embeddings()
     with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(25.0)
+        embeddings.weight.mul_(25.0)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(tiny_llama_dir).save_pretrained(out)
     return out
@@ -58,7 +60,9 @@ def trained(model_dir: Path, renderer: PromptRenderer, tmp_path_factory: pytest.
     return train(model_dir, renderer, out, LEARN)
 
 
-def train(model_dir: Path, renderer: PromptRenderer, out: Path, config: TrainConfig, **kwargs: object) -> TrainedAdapter:
+def train(
+    model_dir: Path, renderer: PromptRenderer, out: Path, config: TrainConfig, **kwargs: object
+) -> TrainedAdapter:
     return train_adapter(
         model_dir=model_dir,
         renderer=renderer,
@@ -89,6 +93,19 @@ def test_training_raises_target_probability(model_dir: Path, renderer: PromptRen
     assert not any(p.name.startswith(".") for p in Path(trained.path).parent.iterdir())  # no tmp/ckpt left
 
 
+def test_scoring_engine_reads_what_training_optimised(
+    model_dir: Path, renderer: PromptRenderer, trained: TrainedAdapter
+) -> None:
+    """The hf engine (prefix-cached, right-padded) and training's forward (full prompt, left-padded)
+    give the same label distribution for the trained adapter: training optimises the scored number."""
+    from scoring.engines import AdapterRef, get_engine
+
+    _, tuned = target_probabilities(model_dir, renderer, trained.path)
+    scored = get_engine("hf", str(model_dir)).score(renderer, TEXTS, [AdapterRef("trained", 1, trained.path)])
+
+    np.testing.assert_allclose(scored.p[0], tuned, atol=1e-4)
+
+
 def test_label_softmax_learns_which_label_each_item_has(
     model_dir: Path, renderer: PromptRenderer, tmp_path: Path
 ) -> None:
@@ -113,7 +130,9 @@ def test_rerun_returns_published_adapter_without_training(
     assert again.content_hash == trained.content_hash and again.steps == trained.steps
 
 
-def test_out_dir_of_other_training_is_refused(model_dir: Path, renderer: PromptRenderer, trained: TrainedAdapter) -> None:
+def test_out_dir_of_other_training_is_refused(
+    model_dir: Path, renderer: PromptRenderer, trained: TrainedAdapter
+) -> None:
     with pytest.raises(TrainingStateError):
         train(model_dir, renderer, Path(trained.path), replace(LEARN, seed=7))
 
@@ -137,7 +156,9 @@ def test_seed_determines_the_adapter(model_dir: Path, renderer: PromptRenderer, 
     assert other.content_hash != first.content_hash
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(model_dir: Path, renderer: PromptRenderer, tmp_path: Path) -> None:
+def test_killed_run_resumes_to_the_uninterrupted_result(
+    model_dir: Path, renderer: PromptRenderer, tmp_path: Path
+) -> None:
     config = replace(SHORT, max_steps=5, epochs=2, checkpoint_every=2)
     uninterrupted = train(model_dir, renderer, tmp_path / "whole", config)
 

@@ -80,6 +80,8 @@ def test_non_random_picks_come_from_the_top_m_most_uncertain(pool: tuple) -> Non
     u, emb, labeled, b, m, share, seed = pool
     sel = select_batch(u, emb, labeled, b=b, m=m, random_share=share, rng=seed)
     rest = np.setdiff1d(np.arange(len(u)), sel.indices[sel.is_random])
+    if sel.is_random.all():
+        return
     m_eff = min(max(m, b), len(rest))
     cutoff = np.sort(u[rest])[::-1][m_eff - 1]
     assert (u[sel.indices[~sel.is_random]] >= cutoff).all()

@@ -60,9 +60,11 @@ def test_two_dimensional_p_is_one_member() -> None:
     np.testing.assert_allclose(entropy_with_tail(P[0], MASS[0]), entropy_with_tail(P[:1], MASS[:1]))
 
 
+def test_bald_of_a_single_member_is_zero() -> None:
+    np.testing.assert_array_equal(ensemble_disagreement(P[:1]), [0.0, 0.0])
+
+
 def test_bad_inputs_are_named_errors() -> None:
-    with pytest.raises(SignalInputError, match="K >= 2"):
-        ensemble_disagreement(P[:1])
     with pytest.raises(SignalInputError, match="mass shape"):
         entropy_with_tail(P, MASS[:, :1])
     with pytest.raises(SignalInputError, match="unknown"):

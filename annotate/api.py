@@ -1,0 +1,83 @@
+"""A small REST endpoint for scripts and CI: start a round, poll its status.
+
+    POST /api/projects/<id>/rounds/   → 201 {"id", "number", "status", "url"}   (409 when one is active)
+    GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...}}
+
+Auth: ``Authorization: Token <token>``; the token's sha256 digest is looked up in ApiToken. Starting a
+round needs the ML role, reading one any role on the project's site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from annotate.models import ApiToken, Project, Round
+from annotate.roles import ML, has_role
+from annotate.selectors import loop as loop_sel
+from annotate.services.rounds import RoundError, round_request_start
+
+
+def _user(request: HttpRequest) -> Any:
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "token" or not raw.strip():
+        return None
+    digest = hashlib.sha256(raw.strip().encode()).hexdigest()
+    token = ApiToken.objects.select_related("user").filter(digest=digest).first()
+    return token.user if token is not None and token.user.is_active else None
+
+
+def _denied(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def round_json(row: Round) -> dict[str, Any]:
+    metrics = {k: v for k, v in (row.metrics or {}).items() if not k.endswith("_svg")}
+    return {
+        "id": row.id,
+        "project": row.project_id,
+        "number": row.number,
+        "status": row.status,
+        "failure_reason": row.failure_reason,
+        "strategy": row.strategy,
+        "progress": {
+            "items_to_score": row.items_to_score,
+            "items_scored": row.items_scored,
+            "batch_size": loop_sel.batch_size(round=row),
+            "labels_collected": loop_sel.labels_collected(round=row),
+            "train_steps_total": row.train_steps_total,
+            "train_steps_done": row.train_steps_done,
+        },
+        "metrics": metrics,
+        "cost": row.cost,
+    }
+
+
+@csrf_exempt
+@require_POST
+def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
+    user = _user(request)
+    if user is None:
+        return _denied(401, "missing or unknown token (Authorization: Token <token>)")
+    if not has_role(user, ML):
+        return _denied(403, "starting a round needs the ML role")
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        row = round_request_start(project=project, user=user)
+    except RoundError as exc:
+        return _denied(409, str(exc))
+    body = {"id": row.id, "number": row.number, "status": row.status, "url": reverse("api_round", args=[row.id])}
+    return JsonResponse(body, status=201)
+
+
+@require_GET
+def api_round(request: HttpRequest, round_id: int) -> JsonResponse:
+    if _user(request) is None:
+        return _denied(401, "missing or unknown token (Authorization: Token <token>)")
+    return JsonResponse(round_json(get_object_or_404(Round, pk=round_id)))

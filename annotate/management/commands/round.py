@@ -1,0 +1,62 @@
+"""manage.py round start|status|run-sync|resume PROJECT — rounds from the command line.
+
+start     record the next round and enqueue it (a worker runs it)
+status    the project's rounds with their progress counters and headline metrics
+run-sync  run the current round's steps in this process, no broker (a labeling round is trained
+          and evaluated; a new round is started when none is active)
+resume    re-enqueue what the project's active rounds still need (after a worker died)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotate.api import round_json
+from annotate.models import Project, Round
+from annotate.services import rounds
+
+
+def _project(ref: str) -> Project:
+    project = Project.objects.filter(pk=int(ref)).first() if ref.isdigit() else None
+    project = project or Project.objects.filter(name=ref).first()
+    if project is None:
+        raise CommandError(f"no project {ref!r} (give its id or name)")
+    return project
+
+
+class Command(BaseCommand):
+    help = "Start, inspect, resume or run (synchronously) a project's rounds."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("action", choices=["start", "status", "run-sync", "resume"])
+        parser.add_argument("project", help="project id or name")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = _project(options["project"])
+        action = options["action"]
+        try:
+            if action == "start":
+                row = rounds.round_request_start(project=project, user=None)
+                self.stdout.write(f"round {row.number} (id {row.id}) queued")
+            elif action == "status":
+                for row in Round.objects.filter(project=project).order_by("number"):
+                    self.stdout.write(json.dumps(round_json(row), default=str))
+            elif action == "resume":
+                for row in Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES):
+                    self.stdout.write(f"round {row.number}: {rounds.round_resume(round_id=row.id)}")
+            else:
+                self._run_sync(project)
+        except rounds.RoundError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def _run_sync(self, project: Project) -> None:
+        current = Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES).order_by("-number").first()
+        if current is None:
+            with rounds.sync_mode():
+                current = rounds.round_request_start(project=project, user=None)
+        row = rounds.round_run_sync(round_id=current.id)
+        self.stdout.write(f"round {row.number}: {row.status} {row.failure_reason}".rstrip())
+        self.stdout.write(json.dumps({"metrics": round_json(row)["metrics"], "cost": row.cost}, default=str)[:4000])

@@ -1,0 +1,211 @@
+"""Simulated annotation: R rounds per (strategy, seed) through the production services, the
+annotator answering with the gold labels; records to OUT/records.jsonl, then the table and the plot.
+
+    manage.py simulate --data ../shared/data/trec --strategy active,random --rounds 8 --batch 25 \\
+        --seeds 3 --engine hf --out var/sim/trec --workers 6
+
+--workers 1 runs the jobs one after another in this process and its database (one project per
+job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR, so
+its own SQLite database, adapters and score cache (they never contend); the pool is embedded once
+beforehand into OUT/embeddings, which every job's VAR_DIR/embeddings links to. No broker is used:
+every round step runs synchronously in the job's process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotate.services import simulation as sim
+
+
+class Command(BaseCommand):
+    help = "Simulate annotation rounds per strategy and seed; report learning curves next to the baseline."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--data", default="", help="folder with train.csv and test.csv (text,label)")
+        parser.add_argument("--strategy", default="active,random", help=f"comma list of {sim.STRATEGIES} or 'all'")
+        parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
+        parser.add_argument("--batch", type=int, default=25, help="items per round after the seed set (B)")
+        parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per strategy")
+        parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
+        parser.add_argument("--out", default=None, help="output folder (default VAR_DIR/sim/<data name>)")
+        parser.add_argument("--k", type=int, default=2, help="ensemble size K")
+        parser.add_argument("--model", default="", help="local HF model directory (default settings.LLM_DIR)")
+        parser.add_argument("--pool-sample", type=int, default=0, help="fixed random sample of train as the pool")
+        parser.add_argument("--seed-labels", type=int, default=20, help="random seed set labelled in round 1")
+        parser.add_argument("--candidate-sample", type=int, default=0, help="items rescored per round (0: all)")
+        parser.add_argument("--mass-threshold", type=float, default=0.05, help="label mass under it: review bucket")
+        parser.add_argument("--workers", type=int, default=1, help="jobs at a time (>1: one subprocess each)")
+        parser.add_argument("--full-data", action="store_true", help="also train once on the whole train split")
+        parser.add_argument("--full-data-steps", type=int, default=0, help="optimiser steps of the full-data run")
+        parser.add_argument("--loop-options", default="", help='JSON merged into the loop options, e.g. {"train": {}}')
+        parser.add_argument("--baselines", default="", help="BASELINES.md to put next to our rows")
+        parser.add_argument("--plots-dir", default="", help="where the PNG is copied too (default bench/plots)")
+        parser.add_argument("--no-report", action="store_true", help="records only (no table, no plot)")
+        parser.add_argument("--job", default="", help=argparse.SUPPRESS)  # worker subprocess: STRATEGY:SEED
+        parser.add_argument("--spec", default="", help=argparse.SUPPRESS)  # worker subprocess: OUT/spec.json
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["job"]:  # a worker subprocess: one job in its own database, the parent's spec
+            spec = sim.spec_from_json(json.loads(Path(opts["spec"]).read_text()))
+            data = sim.prepare_data(data_dir=spec.data_dir, out_dir=spec.out_dir, pool_sample=spec.pool_sample)
+            call_command("migrate", verbosity=0, interactive=False)
+            sim.run_job(spec=spec, data=data, job=sim.Job.parse(opts["job"]), log=self._log)
+            return
+        if not opts["data"]:
+            raise CommandError("--data is required")
+        spec = self._spec(opts)
+        data = sim.prepare_data(data_dir=spec.data_dir, out_dir=spec.out_dir, pool_sample=spec.pool_sample)
+        jobs = self._jobs(opts)
+        (spec.out_dir / "spec.json").write_text(json.dumps(sim.spec_json(spec), indent=2))
+        self._log(f"{len(jobs)} jobs on {data.name} ({data.n_pool} pool, {data.n_test} test) -> {spec.out_dir}")
+        started = time.perf_counter()
+        if opts["workers"] <= 1:
+            failed = self._run_in_process(spec, data, jobs)
+        else:
+            failed = self._run_workers(spec, data, jobs, opts["workers"])
+        self._log(f"all jobs finished in {time.perf_counter() - started:.0f}s")
+        if not opts["no_report"]:
+            self._report(spec, opts["baselines"], opts["plots_dir"])
+        if failed:
+            raise CommandError(f"{len(failed)} jobs failed: {', '.join(failed)}")
+
+    def _log(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    def _spec(self, opts: dict[str, Any]) -> sim.SimSpec:
+        data_dir = Path(opts["data"]).resolve()
+        out = Path(opts["out"]).resolve() if opts["out"] else Path(settings.VAR_DIR) / "sim" / data_dir.name
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            loop_options = json.loads(opts["loop_options"]) if opts["loop_options"] else {}
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--loop-options is not JSON: {exc}") from exc
+        if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
+            raise CommandError("--rounds, --batch and --seed-labels must be positive")
+        return sim.SimSpec(
+            data_dir=data_dir,
+            out_dir=out,
+            rounds=opts["rounds"],
+            batch=opts["batch"],
+            seed_labels=opts["seed_labels"],
+            k=opts["k"],
+            engine=opts["engine"],
+            # Resolved here: a worker's own VAR_DIR would move the default LLM_DIR.
+            model_dir=str(Path(opts["model"] or settings.LLM_DIR).resolve()),
+            pool_sample=opts["pool_sample"],
+            candidate_sample=opts["candidate_sample"],
+            mass_threshold=opts["mass_threshold"],
+            full_data_steps=opts["full_data_steps"],
+            loop_options=loop_options,
+        )
+
+    def _jobs(self, opts: dict[str, Any]) -> list[sim.Job]:
+        names = sim.STRATEGIES if opts["strategy"] == "all" else tuple(s.strip() for s in opts["strategy"].split(","))
+        unknown = [s for s in names if s not in sim.STRATEGIES]
+        if unknown:
+            raise CommandError(f"unknown strategies {unknown}; expected {', '.join(sim.STRATEGIES)} or 'all'")
+        jobs = [sim.Job(sim.FULL_DATA, 0)] if opts["full_data"] else []  # first: the longest single job
+        # Seed-major: with fewer workers than jobs, every strategy gets its first seed early.
+        return jobs + [sim.Job(s, seed) for seed in range(opts["seeds"]) for s in names]
+
+    def _run_in_process(self, spec: sim.SimSpec, data: sim.SimData, jobs: list[sim.Job]) -> list[str]:
+        failed = []
+        for job in jobs:
+            try:
+                sim.run_job(spec=spec, data=data, job=job, log=self._log)
+            except sim.SimulationError as exc:
+                self._log(f"[{job.tag}] FAILED: {exc}")
+                failed.append(job.tag)
+        return failed
+
+    def _run_workers(self, spec: sim.SimSpec, data: sim.SimData, jobs: list[sim.Job], workers: int) -> list[str]:
+        shared = spec.out_dir / "embeddings"
+        started = time.perf_counter()
+        self._log(f"embedded {sim.pre_embed(data, shared)} pool texts in {time.perf_counter() - started:.1f}s")
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        pending = list(jobs)
+        running: list[tuple[sim.Job, subprocess.Popen[bytes]]] = []
+        failed: list[str] = []
+        # A SIGTERM (timeout, a killed session) ends the jobs too; their finished rounds stay recorded.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            while pending or running:
+                while pending and len(running) < workers:
+                    job = pending.pop(0)
+                    running.append((job, self._spawn(job, spec, shared, threads)))
+                time.sleep(0.5)
+                for job, proc in [(j, p) for j, p in running if p.poll() is not None]:
+                    running.remove((job, proc))
+                    self._finished(job, proc.returncode, spec, failed)
+        except KeyboardInterrupt:
+            self._log(f"interrupted: stopping {len(running)} jobs; {len(pending)} never started")
+            failed += [job.tag for job, _ in running] + [job.tag for job in pending]
+            for _, proc in running:
+                proc.terminate()
+            for _, proc in running:
+                proc.wait(timeout=30)
+        return failed
+
+    def _finished(self, job: sim.Job, code: int, spec: sim.SimSpec, failed: list[str]) -> None:
+        log = spec.out_dir / "jobs" / job.tag / "log.txt"
+        if code:
+            failed.append(job.tag)
+            tail = log.read_text(errors="replace")[-2000:]
+            self._log(f"[{job.tag}] FAILED (exit {code}); end of {log}:\n{tail}")
+        else:
+            done = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[")]
+            self._log(done[-1] if done else f"[{job.tag}] done")
+
+    def _spawn(self, job: sim.Job, spec: sim.SimSpec, shared: Path, threads: int) -> subprocess.Popen[bytes]:
+        var = spec.out_dir / "jobs" / job.tag
+        var.mkdir(parents=True, exist_ok=True)
+        link = var / "embeddings"
+        if not link.exists():
+            link.symlink_to(shared, target_is_directory=True)
+        env = {**os.environ, "VAR_DIR": str(var), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        env.pop("DATABASE_URL", None)  # SQLite at VAR_DIR/db.sqlite3: a database per job
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        cmd = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "simulate"]
+        cmd += ["--job", f"{job.strategy}:{job.seed}", "--spec", str(spec.out_dir / "spec.json")]
+        with (var / "log.txt").open("ab") as log:
+            return subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def _report(self, spec: sim.SimSpec, baselines: str, plots_dir: str) -> None:
+        report = load_report_module()
+        text = report.write_report(
+            spec.records_path,
+            out_dir=spec.out_dir,
+            plots_dir=Path(plots_dir) if plots_dir else Path(settings.BASE_DIR) / "bench" / "plots",
+            baselines=Path(baselines) if baselines else report.DEFAULT_BASELINES,
+        )
+        self.stdout.write(text)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def load_report_module() -> Any:
+    """bench/sim_report.py (plain Python, also run on its own without Django)."""
+    path = Path(settings.BASE_DIR) / "bench" / "sim_report.py"
+    spec = importlib.util.spec_from_file_location("sim_report", path)
+    if spec is None or spec.loader is None:
+        raise CommandError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

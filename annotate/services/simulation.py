@@ -1,0 +1,495 @@
+"""The simulation harness: does active selection beat random, by how much, at what cost.
+
+One *job* is one (strategy, seed): a fresh project holding the data set's pool and its fixed test
+set, then R rounds of the production loop through the production services (round_request_start →
+round_run_sync, step by step → the simulated annotator labels the batch through next_item_for /
+label_submit with the CSV's gold label → round_run_sync until done). After each round one JSON
+record is appended to OUT/records.jsonl under a file lock, so parallel jobs share the file and a
+killed run keeps every finished round.
+
+The ``full-data`` job is the ceiling of the curves: K adapters trained once on the whole train split
+with the code the training service calls (training.loop.train_member), evaluated on the same test
+set with the code the evaluation service calls (training.loop.evaluate_adapters).
+
+Round 1 is the random seed set (``seed_labels`` items, the cold-start round; identical for every
+strategy of a seed, so the curves are paired); later rounds add ``batch`` items picked by the
+strategy. The test split (test.csv) is imported as test items whose gold labels are their final
+labels: never selected (eligible_pool excludes test items), never trained on (labeled_items too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import inspect
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from annotate.models import BatchItem, Item, Project, Round
+from annotate.services.imports import import_items
+from annotate.services.labeling import label_submit, next_item_for
+from annotate.services.projects import LabelInput, project_create
+
+FULL_DATA = "full-data"
+# The production selection and the three ablations (scoring/selection.py STRATEGIES).
+STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
+POOL_SAMPLE_SEED = 0  # the pool sample is fixed across strategies and seeds, like the baseline's
+ANNOTATOR = "sim-annotator"
+Log = Callable[[str], None]
+
+
+class SimulationError(RuntimeError):
+    """A job that cannot go on (a failed round, data that does not fit); the message says why."""
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """What every job of one harness run shares."""
+
+    data_dir: Path  # holds train.csv and test.csv (text,label)
+    out_dir: Path
+    rounds: int
+    batch: int  # B: items per round after the seed set
+    seed_labels: int = 20  # round 1: the random seed set
+    k: int = 2  # ensemble members
+    engine: str = "hf"
+    model_dir: str = ""  # empty: settings.LLM_DIR
+    pool_sample: int = 0  # >0: a fixed random sample of train.csv is the pool (SST-2: 20,000)
+    candidate_sample: int = 0  # items rescored per round (0: the whole eligible pool)
+    mass_threshold: float = 0.05  # the production default (Project.mass_threshold)
+    full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
+    loop_options: dict[str, Any] = field(default_factory=dict)  # ALANN_LOOP_OPTIONS for the jobs
+
+    @property
+    def records_path(self) -> Path:
+        return self.out_dir / "records.jsonl"
+
+
+@dataclass(frozen=True)
+class Job:
+    strategy: str  # one of STRATEGIES, or FULL_DATA
+    seed: int
+
+    @property
+    def tag(self) -> str:
+        return f"{self.strategy}-s{self.seed}"
+
+    @classmethod
+    def parse(cls, text: str) -> Job:
+        strategy, _, seed = text.rpartition(":")
+        return cls(strategy, int(seed))
+
+
+@dataclass(frozen=True)
+class SimData:
+    name: str  # the data folder's name: trec, sst2
+    label_names: tuple[str, ...]
+    pool_csv: Path  # id,text,label; ids "train-<row>" (row number in train.csv)
+    test_csv: Path  # id,text,label; ids "test-<row>"
+    train_csv: Path  # the whole train split (full-data job)
+    n_pool: int
+    n_test: int
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def _read_rows(path: Path) -> list[tuple[str, str]]:
+    if not path.is_file():
+        raise SimulationError(f"{path} is missing (the data folder needs train.csv and test.csv)")
+    with path.open(newline="", encoding="utf-8") as f:
+        return [(row["text"], row["label"]) for row in csv.DictReader(f)]
+
+
+def _write_rows(path: Path, prefix: str, rows: Sequence[tuple[int, str, str]]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "label"])
+        writer.writerows((f"{prefix}-{i}", text, label) for i, text, label in rows)
+    os.replace(tmp, path)
+
+
+def prepare_data(*, data_dir: Path, out_dir: Path, pool_sample: int = 0) -> SimData:
+    """The pool and test CSVs with stable ids, written once under OUT/data (jobs reuse them)."""
+    train, test = _read_rows(data_dir / "train.csv"), _read_rows(data_dir / "test.csv")
+    rows = list(range(len(train)))
+    if 0 < pool_sample < len(train):
+        rng = np.random.default_rng(POOL_SAMPLE_SEED)
+        rows = sorted(int(i) for i in rng.choice(len(train), size=pool_sample, replace=False))
+    target = out_dir / "data"
+    target.mkdir(parents=True, exist_ok=True)
+    pool_csv, test_csv = target / "pool.csv", target / "test.csv"
+    if not pool_csv.is_file():
+        _write_rows(pool_csv, "train", [(i, *train[i]) for i in rows])
+    if not test_csv.is_file():
+        _write_rows(test_csv, "test", [(i, *row) for i, row in enumerate(test)])
+    names = tuple(sorted({label for _, label in train}))
+    unknown = {label for _, label in test} - set(names)
+    if unknown:
+        raise SimulationError(f"test.csv has labels train.csv lacks: {sorted(unknown)}")
+    return SimData(
+        name=data_dir.resolve().name,
+        label_names=names,
+        pool_csv=pool_csv,
+        test_csv=test_csv,
+        train_csv=data_dir / "train.csv",
+        n_pool=len(rows),
+        n_test=len(test),
+    )
+
+
+def pre_embed(data: SimData, embedding_dir: Path) -> int:
+    """Embed the pool once into a shared cache, so parallel jobs (whose VAR_DIR/embeddings point
+    here) never encode the same texts twelve times over. Returns the number of texts."""
+    from django.conf import settings
+
+    from annotate.services.imports import text_hash
+    from scoring.bundled import encoder_path
+    from scoring.embeddings import EmbeddingCache
+
+    texts = [text for text, _ in _read_rows(data.pool_csv)]
+    cache = EmbeddingCache(embedding_dir, encoder_path(settings.ENCODER_DIR or None))
+    cache.embed(texts, [text_hash(t) for t in texts])
+    return len(texts)
+
+
+# -- the project of a job -------------------------------------------------------------------------
+
+
+def _label_inputs(model_dir: str, names: Sequence[str]) -> list[LabelInput]:
+    from transformers import AutoTokenizer
+
+    from scoring.labels import suggest_codes
+
+    codes = suggest_codes(AutoTokenizer.from_pretrained(model_dir), names)
+    return [LabelInput(name, code) for name, code in zip(names, codes, strict=True)]
+
+
+def job_project(*, spec: SimSpec, data: SimData, job: Job) -> Project:
+    """A project with the pool and the fixed test set (gold labels as final labels)."""
+    from django.conf import settings
+
+    model_dir = spec.model_dir or str(settings.LLM_DIR)
+    knobs = {
+        "model_dir": model_dir,
+        "engine": spec.engine,
+        "seed": job.seed,
+        "batch_size": spec.seed_labels,  # round 1 (cold start) draws the seed set; then B
+        "ensemble_k": spec.k,
+        "cold_start_batches": 1,
+        "scratch_every": 0,  # the scratch-vs-warm comparison is not what this harness measures
+        "candidate_sample": spec.candidate_sample,
+        "mass_threshold": spec.mass_threshold,
+        "test_set_size": data.n_test,
+    }
+    name = f"sim {data.name} {job.tag} {uuid.uuid4().hex[:6]}"
+    with transaction.atomic():
+        project = project_create(name=name, labels=_label_inputs(model_dir, data.label_names), **knobs)
+        import_items(project=project, path=data.pool_csv)
+        import_items(project=project, path=data.test_csv)
+        marked = Item.objects.filter(project=project, external_id__startswith="test-").update(
+            is_test=True, final_label=F("gold_label"), finalized_at=timezone.now()
+        )
+    if marked != data.n_test:
+        raise SimulationError(f"{marked} test items marked, expected {data.n_test}")
+    return project
+
+
+# -- rounds ---------------------------------------------------------------------------------------
+
+STEP_OF_STATUS: dict[str, str] = {
+    Round.Status.PENDING: "planning",
+    Round.Status.SCORING: "scoring",
+    Round.Status.SELECTING: "selecting",
+    Round.Status.LABELING: "start_training",
+    Round.Status.TRAINING: "training",
+    Round.Status.EVALUATING: "evaluating",
+}
+ALL_STATUSES = tuple(Round.Status.values)
+
+
+def _strategy_in_service() -> bool:
+    """Whether the round service takes the strategy itself (round_request_start(strategy=...))."""
+    from annotate.services import rounds
+
+    return "strategy" in inspect.signature(rounds.round_request_start).parameters
+
+
+def _start_round(project: Project, strategy: str) -> Round:
+    from annotate.services import rounds
+
+    with rounds.sync_mode():
+        if _strategy_in_service():
+            return rounds.round_request_start(project=project, user=None, strategy=strategy)  # type: ignore[call-arg]
+        return rounds.round_request_start(project=project, user=None)
+
+
+def _step(row: Round, strategy: str) -> Round:
+    """One step of the round through the production driver (every status stops it)."""
+    from annotate.services import rounds
+
+    if row.status == Round.Status.SELECTING and row.strategy != "cold-start" and not _strategy_in_service():
+        return _select_by_strategy_shim(row, strategy)
+    return rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
+
+
+def _advance(row: Round, strategy: str, stop: tuple[str, ...], seconds: dict[str, float]) -> Round:
+    while row.status not in stop:
+        if row.status == Round.Status.FAILED:
+            raise SimulationError(f"round {row.number} failed: {row.failure_reason}")
+        step = STEP_OF_STATUS[row.status]
+        started = time.perf_counter()
+        row = _step(row, strategy)
+        seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - started
+    return row
+
+
+def _select_by_strategy_shim(row: Round, strategy: str) -> Round:
+    """TEMPORARY, until the round service takes a strategy (see the module's report): the round's
+    batch chosen by ``scoring.selection.select_strategy`` over the production candidate scores,
+    written like ``rounds.round_select`` does. "active" goes through round_select unchanged."""
+    from annotate.loopconfig import loop_config
+    from annotate.selectors import loop as loop_sel
+    from annotate.services import rounds, scoring
+    from scoring.selection import select_strategy
+    from training import loop
+
+    Round.objects.filter(id=row.id).update(strategy=strategy)
+    if strategy == "active":
+        return rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
+    config = loop_config(row.project)
+    ids, u, _ = scoring._scored_candidates(row, config)
+    ids_eligible = loop_sel.eligible_ids(project=row.project)
+    keep = np.isin(ids, ids_eligible)
+    ids, u = ids[keep], u[keep]
+    labeled = loop_sel.labeled_items(project=row.project)
+    b = min(config.selection.batch_size, len(ids))
+    sel = select_strategy(
+        strategy,  # type: ignore[arg-type]
+        u,
+        scoring.embeddings(*scoring._texts(ids)),
+        scoring.embeddings(labeled.texts, labeled.hashes),
+        b=b,
+        m=max(b, int(round(config.selection.oversample * b))),
+        random_share=config.selection.random_share,
+        rng=loop.step_rng(row.seed, "select"),
+    )
+    source = "random" if strategy == "random" else "active"
+    with transaction.atomic():
+        BatchItem.objects.bulk_create(
+            [
+                BatchItem(round=row, item_id=int(ids[i]), source=source, rank=rank, uncertainty=float(u[i]))
+                for rank, i in enumerate(sel.indices)
+            ],
+            ignore_conflicts=True,
+        )
+        rounds.round_transition(row.id, Round.Status.SELECTING, Round.Status.LABELING)
+    row.refresh_from_db()
+    return row
+
+
+def label_batch(*, project: Project, annotator: Any) -> int:
+    """The simulated annotator: every item handed out gets its gold label from the CSV."""
+    done = 0
+    while (item := next_item_for(project=project, annotator=annotator)) is not None:
+        if item.gold_label is None:
+            raise SimulationError(f"pool item {item.external_id} has no gold label to answer with")
+        label_submit(item=item, annotator=annotator, label=item.gold_label)
+        done += 1
+    return done
+
+
+def run_round(*, project: Project, strategy: str, annotator: Any) -> tuple[Round, dict[str, float]]:
+    """One whole round: start, score, select, label (simulated), train, evaluate. Seconds per step."""
+    seconds: dict[str, float] = {}
+    row = _advance(_start_round(project, strategy), strategy, (Round.Status.LABELING,), seconds)
+    started = time.perf_counter()
+    label_batch(project=project, annotator=annotator)
+    seconds["labeling"] = time.perf_counter() - started
+    row = _advance(row, strategy, (Round.Status.DONE,), seconds)
+    return row, seconds
+
+
+def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds: dict[str, float]) -> dict[str, Any]:
+    metrics = row.metrics or {}
+    batch = list(BatchItem.objects.filter(round=row).order_by("rank").values_list("item__external_id", "source"))
+    sources: dict[str, int] = {}
+    for _, source in batch:
+        sources[source] = sources.get(source, 0) + 1
+    service = {step: entry.get("seconds") for step, entry in (row.cost or {}).get("steps", {}).items()}
+    return {
+        **_context(data, spec, job),
+        "round": row.number,
+        "labels": metrics.get("labels"),
+        "batch": len(batch),
+        "accuracy": metrics.get("accuracy"),
+        "macro_f1": metrics.get("macro_f1"),
+        "ece": metrics.get("ece"),
+        "test_n": metrics.get("test_n"),
+        "seconds": {step: round(s, 3) for step, s in seconds.items()},
+        "round_seconds": round(sum(seconds.values()), 3),
+        "service_seconds": service,
+        "items_scored": row.items_scored,
+        "review_bucket": metrics.get("review_bucket", 0),
+        "sources": sources,
+        "arms": metrics.get("arms"),
+        "batch_ids": [external_id for external_id, _ in batch],
+    }
+
+
+def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
+    from annotate.services.rounds import device_name
+
+    return {
+        "data": data.name,
+        "strategy": job.strategy,
+        "seed": job.seed,
+        "k": spec.k,
+        "engine": spec.engine,
+        "model": Path(spec.model_dir).name if spec.model_dir else "default",
+        "device": device_name(),
+        "pool_n": data.n_pool,
+        "batch_size": spec.batch,
+        "seed_labels": spec.seed_labels,
+        "time": timezone.now().isoformat(timespec="seconds"),
+    }
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """One JSON line, appended under an exclusive lock (parallel jobs share the file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.write(line)
+            f.flush()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def loop_options_env(options: dict[str, Any]) -> Iterator[None]:
+    """The jobs' loop options (annotate.loopconfig reads ALANN_LOOP_OPTIONS at every step)."""
+    if not options:
+        yield
+        return
+    saved = os.environ.get("ALANN_LOOP_OPTIONS")
+    os.environ["ALANN_LOOP_OPTIONS"] = json.dumps(options)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("ALANN_LOOP_OPTIONS", None)
+        else:
+            os.environ["ALANN_LOOP_OPTIONS"] = saved
+
+
+def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list[dict[str, Any]]:
+    """Run one (strategy, seed) job, or the full-data job, appending each record as it happens."""
+    if job.strategy == FULL_DATA:
+        return [run_full_data(spec=spec, data=data, job=job, log=log)]
+    if job.strategy not in STRATEGIES:
+        raise SimulationError(f"unknown strategy {job.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    records = []
+    with loop_options_env(spec.loop_options):
+        started = time.perf_counter()
+        project = job_project(spec=spec, data=data, job=job)
+        log(f"[{job.tag}] project ready in {time.perf_counter() - started:.1f}s ({data.n_pool} pool)")
+        annotator, _ = get_user_model().objects.get_or_create(username=ANNOTATOR)
+        for number in range(1, spec.rounds + 1):
+            if number == 2:  # the seed set is in; every later round adds B
+                Project.objects.filter(pk=project.pk).update(batch_size=spec.batch)
+                project.refresh_from_db()
+            row, seconds = run_round(project=project, strategy=job.strategy, annotator=annotator)
+            record = round_record(row=row, data=data, spec=spec, job=job, seconds=seconds)
+            append_record(spec.records_path, record)
+            records.append(record)
+            log(f"[{job.tag}] round {number}: {record['labels']} labels, acc {record['accuracy']:.3f}; {_fmt(seconds)}")
+    return records
+
+
+def _fmt(seconds: dict[str, float]) -> str:
+    return " ".join(f"{step} {s:.1f}s" for step, s in seconds.items())
+
+
+# -- the full-data ceiling ------------------------------------------------------------------------
+
+
+FULL_DATA_ADAPTER_ID = 1_000_000  # engine adapter ids of the full-data members: clear of AdapterVersion pks
+
+
+def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> dict[str, Any]:
+    """K adapters trained once on the whole train split, then evaluated on the test set."""
+    from django.conf import settings
+
+    from annotate.loopconfig import loop_config
+    from annotate.selectors import loop as loop_sel
+    from scoring.engines import AdapterRef
+    from training import loop
+
+    with loop_options_env(spec.loop_options):
+        project = job_project(spec=spec, data=data, job=job)
+        config = loop_config(project)
+    if spec.full_data_steps > 0:
+        config = replace(config, train=replace(config.train, max_steps=spec.full_data_steps))
+    names = loop_sel.label_names(project=project)
+    index = {name: i for i, name in enumerate(names)}
+    rows = _read_rows(data.train_csv)
+    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
+    started = time.perf_counter()
+    refs = []
+    for k in range(config.k):
+        trained = loop.train_member(
+            config=config,
+            renderer=renderer,
+            texts=[text for text, _ in rows],
+            label_indices=[index[label] for _, label in rows],
+            out_dir=Path(settings.ADAPTER_DIR) / f"project_{project.pk}" / "full_data" / f"prod_{k}",
+            round_seed=job.seed,
+            arm="prod",
+            k=k,
+        )
+        name = f"p{project.pk}-full{k}-{trained.content_hash[:12]}"
+        refs.append(AdapterRef(name=name, int_id=FULL_DATA_ADAPTER_ID + k, path=trained.path))
+    train_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    _, texts, y = loop_sel.test_items(project=project)
+    metrics, _ = loop.evaluate_adapters(loop.make_engine(config), renderer, texts, y, refs, names)
+    record = {
+        **_context(data, spec, job),
+        "round": 0,
+        "labels": len(rows),
+        "accuracy": metrics["accuracy"],
+        "macro_f1": metrics["macro_f1"],
+        "ece": metrics["ece"],
+        "test_n": len(y),
+        "train_steps": config.train.max_steps,
+        "seconds": {"training": round(train_seconds, 3), "evaluating": round(time.perf_counter() - started, 3)},
+    }
+    append_record(spec.records_path, record)
+    log(f"[{job.tag}] {len(rows)} labels, acc {metrics['accuracy']:.3f}, " + _fmt(record["seconds"]))
+    return record
+
+
+def spec_json(spec: SimSpec) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(spec).items()}
+
+
+def spec_from_json(payload: dict[str, Any]) -> SimSpec:
+    """The parent's spec, read back by a worker subprocess (OUT/spec.json)."""
+    return SimSpec(**{**payload, "data_dir": Path(payload["data_dir"]), "out_dir": Path(payload["out_dir"])})

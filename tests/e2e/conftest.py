@@ -1,0 +1,94 @@
+"""Browser fixtures: a real server in a subprocess (tests.live_server.LiveServer, runserver: it serves
+the static files) and headless Debian Chromium driven by Playwright's sync API (never a downloaded
+browser). `user_page("name", roles=[...])` logs a user in through the login form and returns the page.
+
+    def test_x(live_app, user_page):
+        seeded = live_app.call("tests.live_server:seed_labeling_project", name="x", n_items=5)
+        page = user_page("ann")                      # an annotator, logged in
+        page.goto(f"/p/{seeded['project']}/annotate/")  # base_url is the live server
+
+Pages of a failed test are screenshotted into test-artifacts/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.live_server import PASSWORD, LiveServer
+
+# Playwright's sync API runs an event loop in this thread; ORM calls from here would trip Django's check.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture(scope="package")
+def live_app() -> Iterator[LiveServer]:
+    """One server (and database) for the browser tests of this package; tests seed their own projects."""
+    with LiveServer(kind="runserver", purpose="e2e") as live:
+        yield live
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Any]:
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not installed (make browser)")
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield chromium
+    chromium.close()
+    playwright.stop()
+
+
+UserPage = Callable[..., Any]
+
+
+@pytest.fixture
+def user_page(browser: Any, live_app: LiveServer, artifacts_dir: Path, request: pytest.FixtureRequest) -> Iterator[UserPage]:
+    """Factory: ``user_page(username, roles=("annotator",), javascript=True)`` → a logged-in Page."""
+    opened: list[tuple[str, Any, Any]] = []
+
+    def login(username: str, *, roles: Sequence[str] = ("annotator",), javascript: bool = True) -> Any:
+        live_app.call("tests.live_server:create_users", usernames=[username], roles=list(roles))
+        context = browser.new_context(
+            base_url=live_app.url, java_script_enabled=javascript, viewport={"width": 1200, "height": 900}
+        )
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        opened.append((username, context, page))
+        page.goto("/accounts/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login/" not in url)
+        return page
+
+    yield login
+    failed = getattr(request.node, "report_call", None)
+    for username, context, page in opened:
+        if failed is not None and failed.failed:
+            page.screenshot(path=str(artifacts_dir / f"{request.node.name}-{username}-failed.png"), full_page=True)
+        context.close()

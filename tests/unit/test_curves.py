@@ -1,0 +1,54 @@
+"""Plots come out as well-formed SVG / PNG and are reproducible."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+from training.curves import learning_curve_png, learning_curve_svg, reliability_svg
+from training.evaluate import reliability_bins
+
+SERIES = {"active": [(50, 0.61), (100, 0.70), (150, 0.76)], "random": [(50, 0.60), (100, 0.65), (150, 0.69)]}
+
+
+def _svg_root(svg: str) -> ET.Element:
+    root = ET.fromstring(svg)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    return root
+
+
+def test_learning_curve_svg_is_valid_and_reproducible() -> None:
+    svg = learning_curve_svg(SERIES, title="Accuracy vs labels")
+
+    _svg_root(svg)
+    assert "active" in svg and "random" in svg and "Accuracy vs labels" in svg
+    assert learning_curve_svg(SERIES, title="Accuracy vs labels") == svg
+
+
+def test_learning_curve_png_with_spread(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    series = {
+        "bald": [(20, 0.55, 0.03), (40, 0.66, 0.02)],
+        "random": [(20, 0.54, 0.04), (40, 0.60, 0.03)],
+    }
+    path = learning_curve_png(series, tmp_path / "plots" / "curves.png", title="TREC")
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_reliability_svg_from_evaluation_bins() -> None:
+    rng = np.random.default_rng(0)
+    confidence = rng.uniform(0.3, 1.0, 200)
+    bins = reliability_bins(confidence, rng.uniform(size=200) < confidence)
+
+    root = _svg_root(reliability_svg(bins, title="Round 3"))
+    assert root.get("width") and root.get("height")
+
+
+def test_empty_learning_curve_still_renders() -> None:
+    _svg_root(learning_curve_svg({}, title="No rounds yet"))
