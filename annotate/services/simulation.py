@@ -60,7 +60,8 @@ class SimSpec:
     """What every job of one harness run shares."""
 
     data_dir: Path  # holds train.csv and test.csv (text,label)
-    out_dir: Path
+    out_dir: Path  # records.jsonl, spec.json, report.md, the plot, logs/
+    work_dir: Path  # the pool CSVs, the shared embeddings, each worker job's VAR_DIR (adapters: GBs)
     rounds: int
     batch: int  # B: items per round after the seed set
     seed_labels: int = 20  # round 1: the random seed set
@@ -123,14 +124,14 @@ def _write_rows(path: Path, prefix: str, rows: Sequence[tuple[int, str, str]]) -
     os.replace(tmp, path)
 
 
-def prepare_data(*, data_dir: Path, out_dir: Path, pool_sample: int = 0) -> SimData:
-    """The pool and test CSVs with stable ids, written once under OUT/data (jobs reuse them)."""
+def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0) -> SimData:
+    """The pool and test CSVs with stable ids, written once under WORK/data (jobs reuse them)."""
     train, test = _read_rows(data_dir / "train.csv"), _read_rows(data_dir / "test.csv")
     rows = list(range(len(train)))
     if 0 < pool_sample < len(train):
         rng = np.random.default_rng(POOL_SAMPLE_SEED)
         rows = sorted(int(i) for i in rng.choice(len(train), size=pool_sample, replace=False))
-    target = out_dir / "data"
+    target = work_dir / "data"
     target.mkdir(parents=True, exist_ok=True)
     pool_csv, test_csv = target / "pool.csv", target / "test.csv"
     if not pool_csv.is_file():
@@ -492,4 +493,5 @@ def spec_json(spec: SimSpec) -> dict[str, Any]:
 
 def spec_from_json(payload: dict[str, Any]) -> SimSpec:
     """The parent's spec, read back by a worker subprocess (OUT/spec.json)."""
-    return SimSpec(**{**payload, "data_dir": Path(payload["data_dir"]), "out_dir": Path(payload["out_dir"])})
+    paths = {key: Path(payload[key]) for key in ("data_dir", "out_dir", "work_dir")}
+    return SimSpec(**{**payload, **paths})

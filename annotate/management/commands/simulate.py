@@ -5,9 +5,9 @@ annotator answering with the gold labels; records to OUT/records.jsonl, then the
         --seeds 3 --engine hf --out var/sim/trec --workers 6
 
 --workers 1 runs the jobs one after another in this process and its database (one project per
-job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR, so
+job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR (under --work), so
 its own SQLite database, adapters and score cache (they never contend); the pool is embedded once
-beforehand into OUT/embeddings, which every job's VAR_DIR/embeddings links to. No broker is used:
+beforehand into WORK/embeddings, which every job's VAR_DIR/embeddings links to. No broker is used:
 every round step runs synchronously in the job's process.
 """
 
@@ -42,6 +42,7 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per strategy")
         parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
         parser.add_argument("--out", default=None, help="output folder (default VAR_DIR/sim/<data name>)")
+        parser.add_argument("--work", default=None, help="jobs' databases, adapters (VAR_DIR/sim-work/<out>)")
         parser.add_argument("--k", type=int, default=2, help="ensemble size K")
         parser.add_argument("--model", default="", help="local HF model directory (default settings.LLM_DIR)")
         parser.add_argument("--pool-sample", type=int, default=0, help="fixed random sample of train as the pool")
@@ -61,14 +62,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["job"]:  # a worker subprocess: one job in its own database, the parent's spec
             spec = sim.spec_from_json(json.loads(Path(opts["spec"]).read_text()))
-            data = sim.prepare_data(data_dir=spec.data_dir, out_dir=spec.out_dir, pool_sample=spec.pool_sample)
+            data = sim.prepare_data(data_dir=spec.data_dir, work_dir=spec.work_dir, pool_sample=spec.pool_sample)
             call_command("migrate", verbosity=0, interactive=False)
             sim.run_job(spec=spec, data=data, job=sim.Job.parse(opts["job"]), log=self._log)
             return
         if not opts["data"]:
             raise CommandError("--data is required")
         spec = self._spec(opts)
-        data = sim.prepare_data(data_dir=spec.data_dir, out_dir=spec.out_dir, pool_sample=spec.pool_sample)
+        data = sim.prepare_data(data_dir=spec.data_dir, work_dir=spec.work_dir, pool_sample=spec.pool_sample)
         jobs = self._jobs(opts)
         (spec.out_dir / "spec.json").write_text(json.dumps(sim.spec_json(spec), indent=2))
         self._log(f"{len(jobs)} jobs on {data.name} ({data.n_pool} pool, {data.n_test} test) -> {spec.out_dir}")
@@ -91,6 +92,7 @@ class Command(BaseCommand):
         data_dir = Path(opts["data"]).resolve()
         out = Path(opts["out"]).resolve() if opts["out"] else Path(settings.VAR_DIR) / "sim" / data_dir.name
         out.mkdir(parents=True, exist_ok=True)
+        work = Path(opts["work"]).resolve() if opts["work"] else Path(settings.VAR_DIR) / "sim-work" / out.name
         try:
             loop_options = json.loads(opts["loop_options"]) if opts["loop_options"] else {}
         except json.JSONDecodeError as exc:
@@ -100,6 +102,7 @@ class Command(BaseCommand):
         return sim.SimSpec(
             data_dir=data_dir,
             out_dir=out,
+            work_dir=work,
             rounds=opts["rounds"],
             batch=opts["batch"],
             seed_labels=opts["seed_labels"],
@@ -134,7 +137,7 @@ class Command(BaseCommand):
         return failed
 
     def _run_workers(self, spec: sim.SimSpec, data: sim.SimData, jobs: list[sim.Job], workers: int) -> list[str]:
-        shared = spec.out_dir / "embeddings"
+        shared = spec.work_dir / "embeddings"
         started = time.perf_counter()
         self._log(f"embedded {sim.pre_embed(data, shared)} pool texts in {time.perf_counter() - started:.1f}s")
         threads = max(1, (os.cpu_count() or 1) // workers)
@@ -162,7 +165,7 @@ class Command(BaseCommand):
         return failed
 
     def _finished(self, job: sim.Job, code: int, spec: sim.SimSpec, failed: list[str]) -> None:
-        log = spec.out_dir / "jobs" / job.tag / "log.txt"
+        log = spec.out_dir / "logs" / f"{job.tag}.log"
         if code:
             failed.append(job.tag)
             tail = log.read_text(errors="replace")[-2000:]
@@ -172,8 +175,9 @@ class Command(BaseCommand):
             self._log(done[-1] if done else f"[{job.tag}] done")
 
     def _spawn(self, job: sim.Job, spec: sim.SimSpec, shared: Path, threads: int) -> subprocess.Popen[bytes]:
-        var = spec.out_dir / "jobs" / job.tag
+        var = spec.work_dir / "jobs" / job.tag
         var.mkdir(parents=True, exist_ok=True)
+        (spec.out_dir / "logs").mkdir(exist_ok=True)
         link = var / "embeddings"
         if not link.exists():
             link.symlink_to(shared, target_is_directory=True)
@@ -182,7 +186,7 @@ class Command(BaseCommand):
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         cmd = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "simulate"]
         cmd += ["--job", f"{job.strategy}:{job.seed}", "--spec", str(spec.out_dir / "spec.json")]
-        with (var / "log.txt").open("ab") as log:
+        with (spec.out_dir / "logs" / f"{job.tag}.log").open("ab") as log:
             return subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def _report(self, spec: sim.SimSpec, baselines: str, plots_dir: str) -> None:
