@@ -55,7 +55,9 @@ def config_for(args: argparse.Namespace) -> Any:
         max_context=512,  # TREC questions are short; prefix ~150 tokens
         k=args.k,
         scratch_every=0,
-        selection=SelectionConfig(batch_size=args.batch, oversample=4.0, random_share=0.2, mass_threshold=args.mass_threshold),
+        selection=SelectionConfig(
+            batch_size=args.batch, oversample=4.0, random_share=0.2, mass_threshold=args.mass_threshold
+        ),
         rescoring=RescoringConfig(candidate_sample=args.candidates, carry_top_share=0.1, first_pass_share=1.0),
         train=TrainConfig(max_steps=args.max_steps),
     )

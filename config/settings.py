@@ -12,6 +12,7 @@ SECRET_KEY     required unless DEBUG=1
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -63,6 +64,9 @@ EXPORT_DIR = VAR_DIR / "exports"
 ADAPTER_DIR = VAR_DIR / "adapters"
 SCORE_DIR = VAR_DIR / "scores"
 EMBEDDING_DIR = VAR_DIR / "embeddings"
+# Loop options that are not per-project knobs (max_context, training overrides, n_shards, cold_mode),
+# as JSON, e.g. ALANN_LOOP_OPTIONS='{"n_shards": 8}'. See annotate/loopconfig.py.
+LOOP_OPTIONS = json.loads(os.environ.get("ALANN_LOOP_OPTIONS") or "{}")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -314,7 +314,7 @@ class _Run:
         base = _load_base(self.model_dir, self.device)
         if self.config.gradient_checkpointing:
             # non-reentrant: no need for inputs that require grad; RNG state is replayed for dropout
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         resume_from = checkpoint / "adapter" if checkpoint is not None else self.warm_from
         if resume_from is not None:
             return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True)
