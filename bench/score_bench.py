@@ -326,6 +326,10 @@ def parity(work: Path, a: str, b: str) -> dict[str, float] | None:
     }
 
 
+def rate(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.2f}"
+
+
 def table(rows: list[dict[str, Any]], work: Path, k: int) -> tuple[str, dict[str, Any]]:
     pairs = {"vllm base": "hf base", f"vllm K={k} mixed": f"hf K={k}"}
     lines = [
@@ -349,7 +353,7 @@ def table(rows: list[dict[str, Any]], work: Path, k: int) -> tuple[str, dict[str
         hit = row.get("prefix_hit")
         notes = ", ".join(f"{key} {v:.2f}" for key, v in row["timings"].items()) + f", mean mass {row['mean_mass']:.3f}"
         lines.append(
-            f"| {name} | {row['requests']} | {row['items_per_s']:.0f} | {row['requests_per_s']:.0f} | "
+            f"| {name} | {row['requests']} | {rate(row['items_per_s'])} | {rate(row['requests_per_s'])} | "
             f"{'n/a' if hit is None else f'{hit:.1%}'} | {par_text} | {notes} |"
         )
     return "\n".join(lines), parities

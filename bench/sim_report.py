@@ -52,6 +52,9 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     out = []
     for path in paths:
         file = path / "records.jsonl" if path.is_dir() else path
+        if not file.is_file():
+            print(f"no records at {file}")
+            continue
         for line in file.read_text(encoding="utf-8").splitlines():
             try:
                 out.append(json.loads(line))

@@ -246,11 +246,13 @@ def seed_labeling_project(
     n_overlap: int = 0,
     overlap_annotators: int = 2,
     n_test: int = 0,
+    n_pool: int = 0,
     users: list[str] | None = None,
     guidelines: str = "",
 ) -> dict[str, Any]:
     """A project with `labels`, a round in "labeling" whose batch is `n_items` items (the first
-    `n_overlap` need `overlap_annotators` labels), `n_test` test-set items, and annotator `users`."""
+    `n_overlap` need `overlap_annotators` labels), `n_test` test-set items, `n_pool` more pool items
+    outside the batch, and annotator `users`."""
     from annotate.models import BatchItem, Item, Round
     from annotate.services.projects import LabelInput, project_create
 
@@ -268,10 +270,10 @@ def seed_labeling_project(
             external_id=f"{name}-{i}",
             text=f"Item {i} of {name}: some text to label.",
             text_hash=f"{name}-{i}",
-            is_test=i >= n_items,
+            is_test=n_items <= i < n_items + n_test,
             required_labels=overlap_annotators if i < n_overlap else 1,
         )
-        for i in range(n_items + n_test)
+        for i in range(n_items + n_test + n_pool)
     )
     labeling = Round.objects.create(project=project, number=1, status=Round.Status.LABELING)
     BatchItem.objects.bulk_create(
@@ -282,7 +284,7 @@ def seed_labeling_project(
         "project": project.pk,
         "labels": {label.name: label.pk for label in project.labels.all()},
         "items": [item.pk for item in items[:n_items]],
-        "test_items": [item.pk for item in items[n_items:]],
+        "test_items": [item.pk for item in items[n_items : n_items + n_test]],
         "users": user_ids,
     }
 

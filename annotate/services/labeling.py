@@ -28,7 +28,7 @@ from annotate.models import Adjudication, Annotation, BatchItem, Item, Label, Le
 Queue = Literal["batch", "test"]
 QUEUES: tuple[Queue, ...] = ("batch", "test")
 MAX_SECONDS_SPENT = 24 * 3600.0  # longer is a forgotten tab, not labelling time
-_LOCK_ATTEMPTS = 8  # candidates tried per request when another annotator took them between query and lock
+_LOCK_ATTEMPTS = 4  # candidate queries per request when other annotators took every candidate meanwhile
 
 
 class LabelingError(ValueError):
@@ -51,39 +51,46 @@ def _now(now: datetime | None) -> datetime:
     return now if now is not None else timezone.now()
 
 
-# The hot path of every annotator request, in SQL that SQLite and PostgreSQL both run: the ORM
-# version of this query cost more to build than to execute. Cheap column tests come first.
+# The hot path of every annotator request, in SQL that SQLite and PostgreSQL both run (the ORM
+# version cost more to build than to run). The inner query applies the cheap column tests and sorts
+# (OFFSET 0 keeps the planner from flattening it); the per-row subqueries then run on the sorted rows
+# only until LIMIT rows qualify, instead of on the whole batch before a sort.
 _OPEN_ITEMS_SQL = """
-SELECT i.id FROM {item} i {batch_join}
-WHERE i.project_id = %(project)s AND i.final_label_id IS NULL AND i.state = %(pool)s AND i.is_test = %(is_test)s
-  {only}
-  AND NOT EXISTS (SELECT 1 FROM {annotation} mine WHERE mine.item_id = i.id AND mine.annotator_id = %(user)s)
-  AND NOT EXISTS (SELECT 1 FROM {skip} sk WHERE sk.item_id = i.id AND sk.annotator_id = %(user)s)
+SELECT c.id FROM (
+  SELECT i.id, i.required_labels, {sort_cols} FROM {item} i {batch_join}
+  WHERE i.project_id = %(project)s AND i.final_label_id IS NULL AND i.state = %(pool)s
+    AND i.is_test = %(is_test)s {only}
+  ORDER BY {order} {fence}
+) c
+WHERE NOT EXISTS (SELECT 1 FROM {annotation} mine WHERE mine.item_id = c.id AND mine.annotator_id = %(user)s)
+  AND NOT EXISTS (SELECT 1 FROM {skip} sk WHERE sk.item_id = c.id AND sk.annotator_id = %(user)s)
   {room}
-ORDER BY {order} LIMIT 1 {lock}
+ORDER BY {outer_order} LIMIT %(limit)s
 """
 _BATCH_JOIN = "JOIN {batchitem} b ON b.item_id = i.id JOIN {round} r ON r.id = b.round_id AND r.status = %(labeling)s"
 # Places used on an item: its annotations plus the live leases of others.
-_TAKEN_SQL = """(SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = i.id)
-  + (SELECT COUNT(*) FROM {lease} l WHERE l.item_id = i.id AND l.expires_at > %(now)s AND l.annotator_id <> %(user)s)"""
-_TABLES = {
-    m.__name__.lower(): m._meta.db_table for m in (Item, BatchItem, Round, Annotation, Skip, Lease)
-}
+_TAKEN_SQL = """(SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = {alias}.id)
+  + (SELECT COUNT(*) FROM {lease} l WHERE l.item_id = {alias}.id AND l.expires_at > %(now)s
+     AND l.annotator_id <> %(user)s)"""
+_TABLES = {m.__name__.lower(): m._meta.db_table for m in (Item, BatchItem, Round, Annotation, Skip, Lease)}
+_CANDIDATES = 12  # fetched per query; concurrent annotators skip the ones being leased right now
 
 
-def _open_item_id(
-    *, project: Project, annotator: Any, queue: Queue, now: datetime, only: int | None = None, lock: bool = False
-) -> int | None:
-    """The first item of `queue` open to `annotator`: in the queue, not finalised, in the pool, not
-    labelled or skipped by them; with room for them unless `only` (then: just that item, room not
-    checked). `lock`: FOR UPDATE SKIP LOCKED on PostgreSQL."""
+def _open_item_ids(
+    *, project: Project, annotator: Any, queue: Queue, now: datetime, only: int | None = None
+) -> list[int]:
+    """The first items of `queue` open to `annotator`, in queue order: in the queue, not finalised, in
+    the pool, not labelled or skipped by them; with room for them unless `only` (then: just that
+    item, room not checked)."""
     batch = queue == "batch"
     sql = _OPEN_ITEMS_SQL.format(
+        sort_cols="r.number AS round_number, b.rank AS rank" if batch else "0 AS round_number, 0 AS rank",
         batch_join=_BATCH_JOIN.format(**_TABLES) if batch else "",
         only="AND i.id = %(only)s" if only is not None else "",
-        room="" if only is not None else f"AND {_TAKEN_SQL.format(**_TABLES)} < i.required_labels",
+        room="" if only is not None else f"AND {_TAKEN_SQL.format(alias='c', **_TABLES)} < c.required_labels",
         order="r.number, b.rank, i.id" if batch else "i.id",
-        lock="FOR UPDATE OF i SKIP LOCKED" if lock and connection.features.has_select_for_update_skip_locked else "",
+        outer_order="c.round_number, c.rank, c.id",
+        fence="OFFSET 0" if connection.vendor == "postgresql" else "LIMIT -1 OFFSET 0",
         **_TABLES,
     )
     params = {
@@ -94,15 +101,25 @@ def _open_item_id(
         "labeling": Round.Status.LABELING.value,
         "now": connection.ops.adapt_datetimefield_value(now),
         "only": only,
+        "limit": 1 if only is not None else _CANDIDATES,
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return int(row[0]) if row else None
+        return [int(row[0]) for row in cursor.fetchall()]
+
+
+def _lock_item(item_id: int) -> bool:
+    """PostgreSQL: lock the item row unless another transaction holds it (then: False, try the next)."""
+    if not connection.features.has_select_for_update_skip_locked:
+        return True  # SQLite: the IMMEDIATE transaction already excludes every other writer
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {_TABLES['item']} WHERE id = %s FOR UPDATE SKIP LOCKED", [item_id])
+        return cursor.fetchone() is not None
 
 
 def _room_left(*, item_id: int, annotator: Any, now: datetime) -> bool:
-    sql = f"SELECT {_TAKEN_SQL.format(**_TABLES)} < i.required_labels FROM {_TABLES['item']} i WHERE i.id = %(id)s"
+    taken = _TAKEN_SQL.format(alias="i", **_TABLES)
+    sql = f"SELECT {taken} < i.required_labels FROM {_TABLES['item']} i WHERE i.id = %(id)s"
     params = {"id": item_id, "user": annotator.pk, "now": connection.ops.adapt_datetimefield_value(now)}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -129,7 +146,7 @@ def _held_item(*, project: Project, annotator: Any, queue: Queue, now: datetime)
     item_id = lease.values_list("item_id", flat=True).first()
     if item_id is None:
         return None
-    if _open_item_id(project=project, annotator=annotator, queue=queue, now=now, only=item_id) is None:
+    if not _open_item_ids(project=project, annotator=annotator, queue=queue, now=now, only=item_id):
         return None
     return Item.objects.get(pk=item_id)
 
@@ -161,14 +178,15 @@ def next_item_for(
         if held is not None:
             return held
         for _ in range(_LOCK_ATTEMPTS):
-            item_id = _open_item_id(project=project, annotator=annotator, queue=queue, now=now, lock=True)
-            if item_id is None:
+            candidates = _open_item_ids(project=project, annotator=annotator, queue=queue, now=now)
+            if not candidates:
                 return None
-            # Postgres: the candidate query's snapshot predates leases committed while we waited; recount.
-            if _room_left(item_id=item_id, annotator=annotator, now=now):
-                item = Item.objects.get(pk=item_id)
-                _lease(item=item, annotator=annotator, project=project, now=now)
-                return item
+            for item_id in candidates:
+                # Recount after the lock: the candidate query's snapshot may predate a lease just committed.
+                if _lock_item(item_id) and _room_left(item_id=item_id, annotator=annotator, now=now):
+                    item = Item.objects.get(pk=item_id)
+                    _lease(item=item, annotator=annotator, project=project, now=now)
+                    return item
         return None
 
 

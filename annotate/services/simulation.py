@@ -72,7 +72,7 @@ class SimSpec:
     candidate_sample: int = 0  # items rescored per round (0: the whole eligible pool)
     mass_threshold: float = 0.05  # the production default (Project.mass_threshold)
     full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
-    loop_options: dict[str, Any] = field(default_factory=dict)  # ALANN_LOOP_OPTIONS for the jobs
+    loop_options: dict[str, Any] = field(default_factory=dict)  # over settings.LOOP_OPTIONS
 
     @property
     def records_path(self) -> Path:
@@ -384,20 +384,16 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def loop_options_env(options: dict[str, Any]) -> Iterator[None]:
-    """The jobs' loop options (annotate.loopconfig reads ALANN_LOOP_OPTIONS at every step)."""
-    if not options:
+def loop_options(options: dict[str, Any]) -> Iterator[None]:
+    """The jobs' loop options over the deployment's (settings.LOOP_OPTIONS, which every round step
+    reads through annotate.loopconfig); "train" is merged key by key."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    current = dict(getattr(settings, "LOOP_OPTIONS", None) or {})
+    merged = {**current, **options, "train": {**current.get("train", {}), **options.get("train", {})}}
+    with override_settings(LOOP_OPTIONS=merged):
         yield
-        return
-    saved = os.environ.get("ALANN_LOOP_OPTIONS")
-    os.environ["ALANN_LOOP_OPTIONS"] = json.dumps(options)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("ALANN_LOOP_OPTIONS", None)
-        else:
-            os.environ["ALANN_LOOP_OPTIONS"] = saved
 
 
 def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list[dict[str, Any]]:
@@ -407,7 +403,7 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
     if job.strategy not in STRATEGIES:
         raise SimulationError(f"unknown strategy {job.strategy!r}; expected one of {', '.join(STRATEGIES)}")
     records = []
-    with loop_options_env(spec.loop_options):
+    with loop_options(spec.loop_options):
         started = time.perf_counter()
         project = job_project(spec=spec, data=data, job=job)
         log(f"[{job.tag}] project ready in {time.perf_counter() - started:.1f}s ({data.n_pool} pool)")
@@ -443,7 +439,7 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
     from scoring.engines import AdapterRef
     from training import loop
 
-    with loop_options_env(spec.loop_options):
+    with loop_options(spec.loop_options):
         project = job_project(spec=spec, data=data, job=job)
         config = loop_config(project)
     if spec.full_data_steps > 0:

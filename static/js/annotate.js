@@ -22,6 +22,7 @@
   function startSkip() {
     const skip = panel() && panel().querySelector("details.skip");
     if (!skip) return;
+    if (window.htmx) window.htmx.process(panel());
     skip.open = true;
     const reason = skip.querySelector("input[name=reason]");
     if (reason) reason.focus();
@@ -42,7 +43,12 @@
     if (openDialog()) return;  // a dialog is up: Esc (native) closes it, label keys do nothing
     if (key === "s") { startSkip(); event.preventDefault(); return; }
     const target = panel() && panel().querySelector(`[data-key="${CSS.escape(key)}"]`);
-    if (target) { target.click(); event.preventDefault(); }
+    if (!target) return;
+    // A key pressed within htmx's settle delay after a swap can beat htmx to the new panel; without
+    // this the click would fall back to a full page load (correct, but slow).
+    if (window.htmx) window.htmx.process(panel());
+    target.click();
+    event.preventDefault();
   });
 
   // "h" / "?" links open their dialog; without JS they are ordinary links.

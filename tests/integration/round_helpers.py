@@ -127,10 +127,6 @@ class Workers:
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
-            # adapter_config.json lists target_modules in set order, which follows the per-process
-            # string hash seed; until training/lora.py sorts it before hashing, pin the seed so two
-            # processes publish byte-identical configs (content_hash) for identical weights.
-            "PYTHONHASHSEED": "0",
         }
         self.env.pop("DATABASE_URL", None)
         self.log_dir = log_dir
