@@ -323,7 +323,12 @@ class _Run:
         base = _load_base(self.model_dir, self.device)
         if self.config.gradient_checkpointing:
             # non-reentrant: no need for inputs that require grad; RNG state is replayed for dropout
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            # (transformers >= 5.2x renamed gradient_checkpointing_enable; the GPU image has 5.17)
+            enable = getattr(base, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         resume_from = checkpoint / "adapter" if checkpoint is not None else self.warm_from
         if resume_from is not None:
             return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True)
