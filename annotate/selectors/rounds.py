@@ -78,3 +78,32 @@ def metric_summary(metrics: object, *, limit: int = 8) -> list[tuple[str, float]
                 if isinstance(v, int | float) and not isinstance(v, bool)
             )
     return out[:limit]
+
+
+def latest_evaluation(*, project: Project) -> dict[str, object] | None:
+    """What the newest evaluated round says, in words and numbers: the active-vs-random gain sentence,
+    headline metrics, model-vs-human and human-human kappa, cost, and the reliability diagram."""
+    row = (
+        Round.objects.filter(project=project, metrics__has_key="accuracy")
+        .order_by("-number")
+        .values("number", "metrics", "cost")
+        .first()
+    )
+    if row is None:
+        return None
+    metrics, cost = row["metrics"] or {}, row["cost"] or {}
+    reliability = metrics.get("reliability_svg")
+    return {
+        "round": row["number"],
+        "gain_text": metrics.get("gain_text"),
+        "accuracy": metrics.get("accuracy"),
+        "macro_f1": metrics.get("macro_f1"),
+        "ece": metrics.get("ece"),
+        "kappa_model_human": metrics.get("kappa_model_human"),
+        "kappa_human_human": metrics.get("kappa_human_human"),
+        "labels": metrics.get("labels"),
+        "gain_per_100": cost.get("accuracy_gain_per_100_labels"),
+        "reliability_uri": "data:image/svg+xml;base64," + base64.b64encode(str(reliability).encode()).decode("ascii")
+        if reliability
+        else None,
+    }

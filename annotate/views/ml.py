@@ -30,6 +30,7 @@ def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
         project,
         test_set=rounds_sel.test_set_status(project=project),
         curve_uri=rounds_sel.learning_curve_data_uri(project=project),
+        evaluation=rounds_sel.latest_evaluation(project=project),
     )
     return render(request, "annotate/ml.html", context)
 
