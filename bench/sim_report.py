@@ -322,7 +322,7 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     for data in sorted({r["data"] for r in records}):
         png = plot(records, data, out_dir / f"sim-{data}.png", base)
-        if plots_dir is not None:
+        if plots_dir is not None and plots_dir.resolve() != out_dir.resolve():
             plots_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, plots_dir / png.name)
         text += f"\n\nPlot: {png}"

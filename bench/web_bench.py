@@ -36,7 +36,7 @@ def annotator_loop(
 
     assert isinstance(session, requests.Session)
     rng = random.Random(seed)
-    headers = {"HX-Request": "true", "X-CSRFToken": session.cookies["csrftoken"], "Referer": url}
+    headers = {"HX-Request": "true", "X-CSRFToken": str(session.cookies["csrftoken"]), "Referer": url}
     page = session.get(f"{url}/annotate/", timeout=60)
     match = ITEM.search(page.text)
     while match and time.perf_counter() < until:
@@ -100,7 +100,8 @@ def main() -> None:
                 print(f"think={think}s annotators={level}: {result}", file=sys.stderr, flush=True)
     print(
         f"\nsubmit label + next item (one htmx POST), gunicorn gthread {args.workers}x{args.threads}, "
-        f"PostgreSQL, {os.cpu_count()} CPUs, {args.duration:.0f} s per row, load before: {os.getloadavg()[0]:.1f}\n"
+        f"PostgreSQL, {os.cpu_count()} CPUs, {args.duration:.0f} s per row, "
+        f"1-min load average at the end: {os.getloadavg()[0]:.1f}\n"
     )
     print("| think time | annotators | requests | req/s | p50 ms | p95 ms | p99 ms |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

@@ -102,14 +102,16 @@ def progress_for(*, project: Project, annotator: Any) -> Progress:
     lags by seconds is fine, recounting them on every label is not); the annotator's own are live."""
     batch = _cached(project, "batch", lambda: _batch_counts(project))
     pool = _cached(project, "pool", lambda: _pool_counts(project))
-    mine = Annotation.objects.filter(annotator=annotator, item__project=project)
+    mine = Annotation.objects.filter(annotator=annotator, item__project=project).aggregate(
+        total=Count("id"), this_round=Count("id", filter=Q(round__status=Round.Status.LABELING))
+    )
     return Progress(
         batch=Bar(batch["complete"], batch["total"]),
         round=Bar(batch["given"], batch["needed"]),
         overall=Bar(pool["pool_final"], pool["pool"]),
         test=Bar(pool["test_final"], pool["test"]),
-        mine=mine.count(),
-        mine_round=mine.filter(round__status=Round.Status.LABELING).count(),
+        mine=mine["total"],
+        mine_round=mine["this_round"],
     )
 
 

@@ -67,7 +67,9 @@ UserPage = Callable[..., Any]
 
 
 @pytest.fixture
-def user_page(browser: Any, live_app: LiveServer, artifacts_dir: Path, request: pytest.FixtureRequest) -> Iterator[UserPage]:
+def user_page(
+    browser: Any, live_app: LiveServer, artifacts_dir: Path, request: pytest.FixtureRequest
+) -> Iterator[UserPage]:
     """Factory: ``user_page(username, roles=("annotator",), javascript=True)`` → a logged-in Page."""
     opened: list[tuple[str, Any, Any]] = []
 

@@ -33,7 +33,9 @@ def press_and_wait_for_new_item(page: Any, key: str) -> str:
 
 def test_keyboard_labelling_skip_undo_and_revise(live_app: LiveServer, user_page: Any, artifacts_dir: Path) -> None:
     guidelines = "# Rules\n\n**Irony** counts as *negative*.<script>window.pwned = 1</script>"
-    seeded = live_app.call("tests.live_server:seed_labeling_project", name="e2e-keys", n_items=10, guidelines=guidelines)
+    seeded = live_app.call(
+        "tests.live_server:seed_labeling_project", name="e2e-keys", n_items=10, guidelines=guidelines
+    )
     page = user_page("keys")
     page.goto(f"/p/{seeded['project']}/annotate/")
     page.evaluate("window.__no_reload = true")

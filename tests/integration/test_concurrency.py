@@ -8,6 +8,7 @@ Runs on SQLite (a temp file, IMMEDIATE transactions) in the normal suite and aga
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import threading
@@ -55,7 +56,7 @@ def shown_item(response: requests.Response, who: Annotator) -> int | None:
 def work(who: Annotator, base: str, project: int, labels: dict[str, int], seed: int) -> None:
     """GET next → POST label, LABELS_PER_USER times, with every way a real client misbehaves."""
     rng = random.Random(seed)
-    csrf = {"X-CSRFToken": who.session.cookies["csrftoken"], "Referer": base + "/"}
+    csrf = {"X-CSRFToken": str(who.session.cookies["csrftoken"]), "Referer": base + "/"}
     label_url, skip_url = f"{base}/p/{project}/annotate/label/", f"{base}/p/{project}/annotate/skip/"
     page_url = f"{base}/p/{project}/annotate/"
     item = shown_item(who.session.get(page_url, timeout=60), who)
@@ -64,12 +65,12 @@ def work(who: Annotator, base: str, project: int, labels: dict[str, int], seed: 
         assert item is not None, f"{who.name} ran out of items after {len(who.acked)} labels"
         n += 1
         if len(who.skipped) < SKIPS_PER_USER and n % 37 == 0:
-            data = {"item": item, "queue": "batch", "reason": "unclear"}
-            item = shown_item(who.session.post(skip_url, data, headers={**csrf, **HTMX}, timeout=60), who)
-            who.skipped.add(int(data["item"]))
+            who.skipped.add(item)
+            skip = {"item": item, "queue": "batch", "reason": "unclear"}
+            item = shown_item(who.session.post(skip_url, skip, headers={**csrf, **HTMX}, timeout=60), who)
             continue
         name = rng.choice(sorted(labels))
-        data = {"item": item, "label": labels[name], "queue": "batch"}
+        data: dict[str, Any] = {"item": item, "label": labels[name], "queue": "batch"}
         mode = n % 10
         if mode == 3:  # no JavaScript: plain POST, 303 to the queue, GET the next item
             response = who.session.post(label_url, data, headers=csrf, allow_redirects=False, timeout=60)
@@ -78,14 +79,16 @@ def work(who: Annotator, base: str, project: int, labels: dict[str, int], seed: 
             item = shown_item(who.session.get(page_url, timeout=60), who)
             continue
         if mode == 5:  # double click: the same POST twice at the same moment
-            cookies = who.session.cookies.get_dict()
+            post = functools.partial(
+                requests.post,
+                label_url,
+                data,
+                headers={**csrf, **HTMX},
+                cookies={k: str(v) for k, v in who.session.cookies.get_dict().items()},
+                timeout=60,
+            )
             with ThreadPoolExecutor(2) as pool:
-                twins = list(
-                    pool.map(
-                        lambda _: requests.post(label_url, data, headers={**csrf, **HTMX}, cookies=cookies, timeout=60),
-                        range(2),
-                    )
-                )
+                twins = [f.result() for f in [pool.submit(post), pool.submit(post)]]
             assert [r.status_code for r in twins] == [200, 200]
             who.acked[item] = name
             items = {shown_item(r, who) for r in twins}

@@ -97,6 +97,9 @@ class Command(BaseCommand):
             loop_options = json.loads(opts["loop_options"]) if opts["loop_options"] else {}
         except json.JSONDecodeError as exc:
             raise CommandError(f"--loop-options is not JSON: {exc}") from exc
+        model_dir = Path(opts["model"] or settings.LLM_DIR).resolve()
+        if not (model_dir / "config.json").is_file():
+            raise CommandError(f"{model_dir} is no HF model directory (pass --model, or run prepare_models)")
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
         return sim.SimSpec(
@@ -108,8 +111,7 @@ class Command(BaseCommand):
             seed_labels=opts["seed_labels"],
             k=opts["k"],
             engine=opts["engine"],
-            # Resolved here: a worker's own VAR_DIR would move the default LLM_DIR.
-            model_dir=str(Path(opts["model"] or settings.LLM_DIR).resolve()),
+            model_dir=str(model_dir),  # resolved here: a worker's own VAR_DIR would move the default LLM_DIR
             pool_sample=opts["pool_sample"],
             candidate_sample=opts["candidate_sample"],
             mass_threshold=opts["mass_threshold"],
@@ -156,6 +158,7 @@ class Command(BaseCommand):
                     running.remove((job, proc))
                     self._finished(job, proc.returncode, spec, failed)
         except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the cleanup short
             self._log(f"interrupted: stopping {len(running)} jobs; {len(pending)} never started")
             failed += [job.tag for job, _ in running] + [job.tag for job in pending]
             for _, proc in running:
