@@ -281,7 +281,17 @@ def label_submit(
             return Annotation.objects.get(item=item, annotator=annotator)
         Lease.objects.filter(item=item, annotator=annotator).delete()
         _finalise(item=item, now=now)
+        if annotation.round_id is not None:
+            _after_label(annotation.round_id)
         return annotation
+
+
+def _after_label(round_id: int) -> None:
+    """Once the label commits, let the round start training when the project's auto-retrain share of
+    its batch is labelled (a no-op when that setting is off)."""
+    from annotate.services.rounds import maybe_auto_retrain
+
+    transaction.on_commit(lambda: maybe_auto_retrain(round_id))
 
 
 def _resubmit(*, existing: Annotation, item: Item, label: Label, revise: bool, now: datetime) -> Annotation:

@@ -109,3 +109,22 @@ def test_selection_refuses_scores_of_an_older_adapter_set(
     with pytest.raises(StaleScoresError):
         rounds.round_select(round_id=second.id)
     assert not BatchItem.objects.filter(round=second).exists()
+
+
+def test_auto_retrain_starts_training_once_the_share_is_labelled(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, django_capture_on_commit_callbacks
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    project.auto_retrain_share = 0.5
+    project.save(update_fields=["auto_retrain_share"])
+    with rounds.sync_mode():
+        first = round_request_start(project=project, user=None)
+    first = round_run_sync(round_id=first.id, until=("labeling",))
+    assert first.status == "labeling"
+    user = annotator()
+    with django_capture_on_commit_callbacks(execute=True):
+        label_batch(project, user, limit=3)  # 3 of 8: under the 50 % share
+    assert Round.objects.get(id=first.id).status == "labeling"
+    with rounds.sync_mode(), django_capture_on_commit_callbacks(execute=True):
+        label_batch(project, user, limit=1)  # 4 of 8: the labelling service starts training by itself
+    assert Round.objects.get(id=first.id).status != "labeling"
