@@ -9,8 +9,8 @@ WORKER=$!
 trap 'kill $WORKER 2>/dev/null || true' EXIT INT TERM
 echo
 echo "Celery worker pid $WORKER (log: var/log/worker.log); round 1 of the demo project runs there."
-echo "Users and passwords: var/demo-passwords.txt"
-cat var/demo-passwords.txt
+echo "Users and passwords (also in ${VAR_DIR:-var}/demo-passwords.txt):"
+cat "${VAR_DIR:-var}/demo-passwords.txt"
 echo
 echo "  Open http://127.0.0.1:${PORT}/ and log in as 'annotator' to label items."
 echo

@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
@@ -63,7 +64,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\nDemo project {project.name!r}: {project.items.count():,} items"))
         for role, password in passwords.items():
             self.stdout.write(f"  user {role:<10} password {password}")
-        (Path("var") / "demo-passwords.txt").write_text(
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        (settings.VAR_DIR / "demo-passwords.txt").write_text(
             "".join(f"{role} {password}\n" for role, password in passwords.items())
         )
 

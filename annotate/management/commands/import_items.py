@@ -49,7 +49,8 @@ class Command(BaseCommand):
         test_size = 0 if opts["gold_for_test"] else test_set_draw(project=project)
         self.stdout.write(
             self.style.SUCCESS(
-                f"imported {report.created:,} rows in {report.seconds:.1f}s ({report.rows / report.seconds:,.0f} rows/s)"
+                f"imported {report.created:,} rows in {report.seconds:.1f}s "
+                f"({report.rows / report.seconds:,.0f} rows/s)"
             )
         )
         if report.duplicate_texts:
