@@ -260,9 +260,11 @@ def _advance(row: Round, strategy: str, stop: tuple[str, ...], seconds: dict[str
 
 
 def _select_by_strategy_shim(row: Round, strategy: str) -> Round:
-    """TEMPORARY, until the round service takes a strategy (see the module's report): the round's
-    batch chosen by ``scoring.selection.select_strategy`` over the production candidate scores,
-    written like ``rounds.round_select`` does. "active" goes through round_select unchanged."""
+    """TEMPORARY, until the round service takes a strategy (see the harness's report): the batch
+    chosen by ``scoring.selection.select_strategy``, written as ``rounds.round_select`` writes it.
+    "active" goes through round_select unchanged; "uncertainty-only" ranks the round's production
+    candidate scores; "random" and "kcenter-only" pick from the whole eligible pool, since the
+    candidates carry last round's most uncertain items and would bias them."""
     from annotate.loopconfig import loop_config
     from annotate.selectors import loop as loop_sel
     from annotate.services import rounds, scoring
@@ -273,17 +275,23 @@ def _select_by_strategy_shim(row: Round, strategy: str) -> Round:
     if strategy == "active":
         return rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
     config = loop_config(row.project)
-    ids, u, _ = scoring._scored_candidates(row, config)
-    ids_eligible = loop_sel.eligible_ids(project=row.project)
-    keep = np.isin(ids, ids_eligible)
-    ids, u = ids[keep], u[keep]
+    eligible = loop_sel.eligible_ids(project=row.project)
+    ids, u = eligible, None
+    if strategy == "uncertainty-only":
+        ids, u, _ = scoring._scored_candidates(row, config)
+        keep = np.isin(ids, eligible)
+        ids, u = ids[keep], u[keep]
     labeled = loop_sel.labeled_items(project=row.project)
+    if strategy == "random":  # no embeddings needed (as the cold-start round)
+        emb, labeled_emb = np.ones((len(ids), 1), np.float32), np.zeros((0, 1), np.float32)
+    else:
+        emb, labeled_emb = scoring.embeddings(*scoring._texts(ids)), scoring.embeddings(labeled.texts, labeled.hashes)
     b = min(config.selection.batch_size, len(ids))
     sel = select_strategy(
         strategy,  # type: ignore[arg-type]
         u,
-        scoring.embeddings(*scoring._texts(ids)),
-        scoring.embeddings(labeled.texts, labeled.hashes),
+        emb,
+        labeled_emb,
         b=b,
         m=max(b, int(round(config.selection.oversample * b))),
         random_share=config.selection.random_share,
@@ -293,7 +301,13 @@ def _select_by_strategy_shim(row: Round, strategy: str) -> Round:
     with transaction.atomic():
         BatchItem.objects.bulk_create(
             [
-                BatchItem(round=row, item_id=int(ids[i]), source=source, rank=rank, uncertainty=float(u[i]))
+                BatchItem(
+                    round=row,
+                    item_id=int(ids[i]),
+                    source=source,
+                    rank=rank,
+                    uncertainty=None if u is None else float(u[i]),
+                )
                 for rank, i in enumerate(sel.indices)
             ],
             ignore_conflicts=True,

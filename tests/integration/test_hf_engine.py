@@ -50,7 +50,7 @@ def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
     for name, param in model.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.5)
-    model.save_pretrained(out)
+    model.save_pretrained(str(out))
     return out
 
 

@@ -207,6 +207,7 @@ def test_ml_page_requests_a_round_and_polls_only_while_one_is_active(ml: Client)
     assert ml.get(rounds, headers={"HX-Request": "true"}).status_code == 286  # nothing active: stop polling
     response = ml.post(reverse("ml_round_start", args=[project.pk]), headers={"HX-Request": "true"})
     new = Round.objects.get(project=project)
+    assert new.requested_by is not None
     assert (new.number, new.status, new.requested_by.username) == (1, "pending", "mia")
     assert "Round 1 requested." in response.content.decode() and 'hx-trigger="every 2s"' in response.content.decode()
     assert ml.get(rounds, headers={"HX-Request": "true"}).status_code == 200  # keeps polling
