@@ -5,10 +5,10 @@ annotator answering with the gold labels; records to OUT/records.jsonl, then the
         --seeds 3 --engine hf --out var/sim/trec --workers 6
 
 --workers 1 runs the jobs one after another in this process and its database (one project per
-job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR (under --work), so
-its own SQLite database, adapters and score cache (they never contend); the pool is embedded once
-beforehand into WORK/embeddings, which every job's VAR_DIR/embeddings links to. No broker is used:
-every round step runs synchronously in the job's process.
+job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR under
+--work, so its own SQLite database, adapters and score cache (they never contend); the pool is
+embedded once beforehand into WORK/embeddings, which every job's VAR_DIR/embeddings links to. No
+broker is used: every round step runs synchronously in the job's process.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         parser.add_argument("--full-data-steps", type=int, default=0, help="optimiser steps of the full-data run")
         parser.add_argument("--loop-options", default="", help='JSON merged into the loop options, e.g. {"train": {}}')
         parser.add_argument("--baselines", default="", help="BASELINES.md to put next to our rows")
-        parser.add_argument("--plots-dir", default="", help="where the PNG is copied too (default bench/plots)")
+        parser.add_argument("--plots-dir", default="", help="where the PNG is copied (default bench/plots)")
         parser.add_argument("--no-report", action="store_true", help="records only (no table, no plot)")
         parser.add_argument("--job", default="", help=argparse.SUPPRESS)  # worker subprocess: STRATEGY:SEED
         parser.add_argument("--spec", default="", help=argparse.SUPPRESS)  # worker subprocess: OUT/spec.json
@@ -71,6 +71,10 @@ class Command(BaseCommand):
         spec = self._spec(opts)
         data = sim.prepare_data(data_dir=spec.data_dir, work_dir=spec.work_dir, pool_sample=spec.pool_sample)
         jobs = self._jobs(opts)
+        if spec.records_path.exists():  # never mix two runs' records
+            kept = spec.records_path.with_name(f"records-{int(spec.records_path.stat().st_mtime)}.jsonl")
+            spec.records_path.rename(kept)
+            self._log(f"earlier records moved to {kept}")
         (spec.out_dir / "spec.json").write_text(json.dumps(sim.spec_json(spec), indent=2))
         self._log(f"{len(jobs)} jobs on {data.name} ({data.n_pool} pool, {data.n_test} test) -> {spec.out_dir}")
         started = time.perf_counter()
