@@ -35,9 +35,9 @@ GPU_PROFILE: dict[str, Any] = {"max_context": 1024, "train": {"max_steps": 300}}
 
 
 def loop_options() -> dict[str, Any]:
-    configured = getattr(settings, "LOOP_OPTIONS", None)
-    if configured is None:
-        configured = json.loads(os.environ.get("ALANN_LOOP_OPTIONS", "") or "{}")
+    # settings.LOOP_OPTIONS is read from the environment at start-up; the variable is read again here
+    # so a process that sets it later (tests, the simulation harness) is heard too.
+    configured = getattr(settings, "LOOP_OPTIONS", None) or json.loads(os.environ.get("ALANN_LOOP_OPTIONS", "") or "{}")
     return dict(configured)
 
 

@@ -249,7 +249,10 @@ def round_select(*, round_id: int) -> Round:
 
 
 def round_dir(row: Round) -> Path:
-    return Path(settings.ADAPTER_DIR) / f"project_{row.project_id}" / f"round_{row.number}"
+    from annotate.services.scoring import run_key
+
+    # the creation time makes the folder unique even where a database reuses ids (see round_score_dir)
+    return Path(settings.ADAPTER_DIR) / f"project_{row.project_id}" / f"round_{row.number}-{run_key(row)}"
 
 
 Plan = dict[str, list[list[int]]]  # "arm:k" -> [[item id, label index], ...]

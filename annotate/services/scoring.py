@@ -31,8 +31,14 @@ MAX_SHARD_ATTEMPTS = 3  # a shard failing this often fails the round instead of 
 PREDICTION_CHUNK = 2000
 
 
-def round_score_dir(round_id: int) -> Path:
-    return Path(settings.SCORE_DIR) / f"round_{round_id}"
+def round_score_dir(row: Round) -> Path:
+    """The round's shard folder. Named by id and creation time: a database that reuses ids (SQLite
+    after a rollback, a restored backup) must never find another round's finished shards there."""
+    return Path(settings.SCORE_DIR) / f"round_{row.id}-{run_key(row)}"
+
+
+def run_key(row: Round) -> str:
+    return f"{int(row.created_at.timestamp() * 1_000_000):x}"
 
 
 def score_cache() -> Any:
@@ -64,7 +70,7 @@ def scoring_plan(*, round: Round) -> list[int]:
     config = loop_config(round.project)
     renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
     refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=round.project, before_number=round.number))
-    path = round_score_dir(round.id) / "candidates.npy"
+    path = round_score_dir(round) / "candidates.npy"
     if path.is_file():
         candidates = np.load(path)
     else:
@@ -179,7 +185,7 @@ def score_shard_run(*, round_id: int, shard: int) -> ScoreShard:
 def _score(shard: ScoreShard) -> None:
     row = shard.round
     config = loop_config(row.project)
-    candidates = np.load(round_score_dir(row.id) / "candidates.npy")
+    candidates = np.load(round_score_dir(row) / "candidates.npy")
     ids = candidates[loop.shard_of(candidates, shard.n_shards) == shard.shard]
     items = dict(Item.objects.filter(id__in=ids.tolist()).values_list("id", "text"))
     hashes = dict(Item.objects.filter(id__in=ids.tolist()).values_list("id", "text_hash"))
@@ -206,7 +212,7 @@ def _score(shard: ScoreShard) -> None:
         rng=loop.step_rng(row.seed, f"second-stage-{shard.shard}"),
         progress=progress,
     )
-    path = round_score_dir(row.id) / f"shard_{shard.shard:04d}.npz"
+    path = round_score_dir(row) / f"shard_{shard.shard:04d}.npz"
     loop.save_shard(path, ids, scored)
     ScoreShard.objects.filter(id=shard.id, status=ScoreShard.Status.RUNNING).update(
         status=ScoreShard.Status.DONE,

@@ -59,7 +59,7 @@ def test_two_workers_share_the_shards_and_score_each_item_once(
         assert len(shards) == 6 and {s.status for s in shards} == {"done"}
         assert {s.attempts for s in shards} == {1}
         assert len({s.worker for s in shards}) == 2, [s.worker for s in shards]  # both workers took shards
-        candidates = np.load(scoring.round_score_dir(second.id) / "candidates.npy")
+        candidates = np.load(scoring.round_score_dir(second) / "candidates.npy")
         scored = np.concatenate([np.load(s.path)["ids"] for s in shards])
         assert sorted(scored.tolist()) == sorted(candidates.tolist())  # each candidate exactly once
         assert second.items_scored == len(candidates) == sum(s.n_items for s in shards)
