@@ -47,7 +47,7 @@ mkdir -p "$OUT" "$VAR_DIR"
 # at batch 16 fits the GPU many times over, so recomputing activations only costs time; and
 # transformers 5.17 there lacks the API lora.py calls for it) and no micro-batch split (16 prompts
 # of ~250 tokens in one pass). 256 tokens: TREC/SST-2 items are short.
-LOOP='{"max_context": 256, "train": {"epochs": 3, "max_steps": 100, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 0, "gradient_checkpointing": false, "micro_batch_tokens": 16384}}'
+LOOP='{"max_context": 256, "arms": false, "train": {"epochs": 3, "max_steps": 100, "batch_size": 16, "lr": 1e-3, "checkpoint_every": 0, "gradient_checkpointing": false, "micro_batch_tokens": 16384}}'
 
 {
   date

@@ -262,10 +262,14 @@ def train_plan(row: Round, labeled: loop_sel.Labeled, k: int) -> Plan:
     """What each adapter of this round trains on, frozen when training starts (a label revised
     later cannot make a resumed member differ from an uninterrupted one): K prod members on every
     label, a from-scratch member every R rounds, and the equal-size active / random arms."""
+    from annotate.loopconfig import loop_options
     from training.loop import arm_training_sets, is_scratch_round, step_rng
 
     pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
     plan: Plan = {f"prod:{i}": pairs for i in range(k)}
+    # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
+    if not loop_options().get("arms", True):
+        return plan
     if is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
     for arm, positions in arm_training_sets(labeled.sources, step_rng(row.seed, "arms")).items():
