@@ -39,6 +39,7 @@ DEMO_SETTINGS: dict[str, Any] = {
     "candidate_sample": 600,
     "test_set_size": 200,
     "cold_start_batches": 1,
+    "auto_retrain_share": 1.0,  # the round retrains by itself once its batch is labelled
     "instructions": "Classify the question by the type of answer it expects. Answer with the label code only.",
     "guidelines": "# TREC question types\n\nPick the type of **answer** the question asks for, not its topic.\n\n"
     + "\n".join(f"- **{name}**: {desc}" for name, desc in TREC_LABELS.items()),
