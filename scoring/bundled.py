@@ -48,16 +48,16 @@ def is_prepared(out_dir: Path) -> bool:
     return (out_dir / MARKER).is_file() and (out_dir / "config.json").is_file()
 
 
-def prepare_llm(out_dir: Path, *, log: Callable[[str], None] = print) -> bool:
-    """Dequantize the bundled GGUF into ``out_dir`` (bf16 safetensors + tokenizer). Returns False when
-    it was already prepared. Writes to a sibling temp dir first and renames, so a killed run leaves
-    nothing half-written behind."""
+def prepare_llm(out_dir: Path, *, gguf: Path | None = None, log: Callable[[str], None] = print) -> bool:
+    """Dequantize a GGUF (default: the bundled SmolLM2) into ``out_dir`` (bf16 safetensors + tokenizer).
+    Returns False when it was already prepared. Writes to a sibling temp dir first and renames, so a
+    killed run leaves nothing half-written behind."""
     if is_prepared(out_dir):
         return False
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src = gguf_path()
+    src = gguf or gguf_path()
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"dequantizing {src.name} ({src.stat().st_size / 1e6:.0f} MB) -> {out_dir}")
