@@ -98,20 +98,27 @@ def round_status(round_id: int) -> str:
 @contextlib.contextmanager
 def file_database(var_dir: Path) -> Iterator[Path]:
     """Point the test process's default connection at ``var_dir/db.sqlite3`` (migrated), the file the
-    workers open through VAR_DIR; restored afterwards."""
+    workers open through VAR_DIR; restored afterwards.
+
+    A new connection object replaces the default one for the duration: closing the old one is not
+    enough, because Django ignores close() on the in-memory SQLite test database (it would destroy
+    it), so the old connection would stay open on the wrong database after a previous DB test."""
+    import copy
+
     from django.core.management import call_command
 
-    connection = connections["default"]
-    saved = connection.settings_dict["NAME"]
+    saved = connections["default"]
     path = var_dir / "db.sqlite3"
-    connection.close()
-    connection.settings_dict["NAME"] = str(path)
+    settings_dict = copy.deepcopy(saved.settings_dict)
+    settings_dict["NAME"] = str(path)
+    replacement = saved.__class__(settings_dict, "default")
+    connections["default"] = replacement
     try:
         call_command("migrate", verbosity=0, interactive=False)
         yield path
     finally:
-        connection.close()
-        connection.settings_dict["NAME"] = saved
+        replacement.close()
+        connections["default"] = saved
 
 
 class Workers:
