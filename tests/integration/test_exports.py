@@ -13,7 +13,7 @@ from annotate.models import Adjudication, Annotation, BatchItem, Item, Label, Pr
 from annotate.services.exports import export_labels, export_predictions
 from annotate.services.projects import LabelInput, project_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from annotate.services.labeling import (
 )
 from annotate.services.projects import LabelInput, project_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]  # PostgreSQL: row locks (SKIP LOCKED)
 
 
 @pytest.fixture
