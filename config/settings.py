@@ -110,6 +110,8 @@ TEMPLATES = [
 ]
 
 _db_url = os.environ.get("DATABASE_URL", "")
+if not _db_url:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite creates its file, not the folder (fresh clone)
 DATABASES = {
     "default": database_from_url(_db_url)
     if _db_url
