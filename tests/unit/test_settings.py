@@ -59,3 +59,9 @@ def test_celery_queues_and_gpu_routing() -> None:
     assert app.conf.worker_prefetch_multiplier == 1
     assert app.amqp.router.route({}, "annotate.gpu.score_shard")["queue"].name == "gpu"
     assert app.amqp.router.route({}, "annotate.import_run")["queue"].name == "default"
+
+
+def test_default_sqlite_folder_is_created(tmp_path: Path) -> None:
+    var_dir = tmp_path / "fresh" / "var"
+    assert _settings_in_child({"DEBUG": "1", "VAR_DIR": str(var_dir)}).returncode == 0
+    assert var_dir.is_dir()  # a fresh clone has no var/: SQLite would fail to open its file
