@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.models import Project
+from annotate.selectors.projects import project_by_ref
 from annotate.services.exports import export_labels, export_predictions
 
 
@@ -22,11 +22,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         key = opts["project"]
-        project = (
-            Project.objects.filter(id=int(key)).first() if key.isdigit() else Project.objects.filter(name=key).first()
-        )
+        project = project_by_ref(key)
         if project is None:
-            raise CommandError(f"no project {key!r}")
+            raise CommandError(f"no project {key!r} (give its id or name)")
         export = export_labels if opts["what"] == "labels" else export_predictions
         out = sys.stdout if opts["output"] == "-" else open(opts["output"], "w", encoding="utf-8", newline="")  # noqa: SIM115
         try:

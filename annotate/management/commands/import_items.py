@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from annotate.models import Project
+from annotate.selectors.projects import project_by_ref
 from annotate.services.imports import ImportFailed, import_items
 from annotate.services.projects import test_set_draw
 
@@ -25,11 +25,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         key = opts["project"]
-        project = (
-            Project.objects.filter(id=int(key)).first() if key.isdigit() else Project.objects.filter(name=key).first()
-        )
+        project = project_by_ref(key)
         if project is None:
-            raise CommandError(f"no project {key!r}")
+            raise CommandError(f"no project {key!r} (give its id or name)")
         path: Path = opts["path"]
         if not path.is_file():
             raise CommandError(f"{path}: no such file")

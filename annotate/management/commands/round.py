@@ -16,12 +16,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotate.api import round_json
 from annotate.models import Project, Round
+from annotate.selectors.projects import project_by_ref
 from annotate.services import rounds
 
 
 def _project(ref: str) -> Project:
-    project = Project.objects.filter(pk=int(ref)).first() if ref.isdigit() else None
-    project = project or Project.objects.filter(name=ref).first()
+    project = project_by_ref(ref)
     if project is None:
         raise CommandError(f"no project {ref!r} (give its id or name)")
     return project
