@@ -209,7 +209,7 @@ def run_config(
         adapters = adapter_refs(cfg, k)
         engine.score(renderer, texts[: min(warmup, len(texts))], adapters)
         before = cache_counts(engine)
-        t0 = time.perf_counter()
+        start, t0 = time.time(), time.perf_counter()
         result = engine.score(renderer, texts, adapters)
         wall = time.perf_counter() - t0
         requests = len(texts) * max(1, k)
@@ -219,6 +219,8 @@ def run_config(
             "items_per_s": len(texts) / wall,
             "requests_per_s": requests / wall,
             "wall_s": wall,
+            "start": start,
+            "end": start + wall,
             "timings": {key: round(v, 3) for key, v in engine.last_timings.items()},
             "mean_mass": float(result.mass.mean()),
         }
@@ -234,10 +236,17 @@ def run_config(
         save_result(cfg, name, {"config": name, "error": repr(exc)[:300]}, None, None)
 
 
-def worker_vllm(cfg: dict[str, Any]) -> None:
+def vllm_configs(cfg: dict[str, Any]) -> list[tuple[str, int]]:
+    """(row name, adapters) of the selected vLLM configurations (``--vllm-configs``)."""
+    k = cfg["adapters"]
+    known = {"base": ("vllm base", 0), "1": ("vllm 1 adapter", 1), "k": (f"vllm K={k} mixed", k)}
+    return [known[c] for c in cfg["vllm_configs"] if known[c][1] <= k]
+
+
+def start_vllm(cfg: dict[str, Any], engines: int) -> Any:
     from scoring.engines.vllm import VLLMEngine
 
-    log("starting vLLM engine")
+    log(f"starting vLLM engine ({engines} on this GPU)")
     t0 = time.perf_counter()
     engine = VLLMEngine(
         cfg["model_dir"],
@@ -245,16 +254,50 @@ def worker_vllm(cfg: dict[str, Any]) -> None:
         max_loras=max(1, cfg["adapters"]),
         max_num_seqs=cfg["max_num_seqs"],
         max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        gpu_memory_utilization=cfg["gpu_memory_utilization"],
+        # The GPU's share is split between the engines that run on it at once (one per gpu worker).
+        gpu_memory_utilization=cfg["gpu_memory_utilization"] / engines,
         enforce_eager=cfg["enforce_eager"],
         disable_log_stats=False,  # get_metrics() asserts otherwise: needed for the prefix-cache hit rate
     )
     log(f"vLLM engine started in {time.perf_counter() - t0:.0f}s")
+    return engine
+
+
+def worker_vllm(cfg: dict[str, Any]) -> None:
+    engine = start_vllm(cfg, 1)
     renderer, texts = build_renderer(cfg), texts_for(cfg)
-    k = cfg["adapters"]
-    for name, n_adapters in (("vllm base", 0), ("vllm 1 adapter", 1), (f"vllm K={k} mixed", k)):
-        if n_adapters <= k:
-            run_config(cfg, engine, renderer, texts, name, n_adapters, warmup=256)
+    for name, n_adapters in vllm_configs(cfg):
+        run_config(cfg, engine, renderer, texts, name, n_adapters, warmup=256)
+
+
+def worker_vllm_shard(cfg: dict[str, Any], shard: int, shards: int) -> None:
+    """One of ``shards`` engines on the same GPU, as ``shards`` gpu workers would run: start and warm
+    up, say ready, wait for the parent's go (so that the timed windows overlap), then score items
+    shard::shards with K adapters and record the absolute start/end of the timed call."""
+    engine = start_vllm(cfg, shards)
+    renderer = build_renderer(cfg)
+    texts = texts_for(cfg)[shard::shards]
+    adapters = adapter_refs(cfg, cfg["adapters"])
+    engine.score(renderer, texts[:256], adapters)
+    work = Path(cfg["work"])
+    (work / f"ready-{shards}-{shard}").touch()
+    go = work / f"go-{shards}"
+    while not go.exists():
+        time.sleep(0.02)
+    start = time.time()
+    result = engine.score(renderer, texts, adapters)
+    end = time.time()
+    np.save(work / f"shard-{shards}-{shard}.npy", result.p)
+    row: dict[str, Any] = {
+        "shard": shard,
+        "start": start,
+        "end": end,
+        "requests": len(texts) * max(1, len(adapters)),
+        "timings": {key: round(v, 3) for key, v in engine.last_timings.items()},
+        "mean_mass": float(result.mass.mean()),
+    }
+    (work / f"shard-{shards}-{shard}.json").write_text(json.dumps(row))
+    log(f"shard {shard}/{shards}: {row}")
 
 
 def worker_hf(cfg: dict[str, Any]) -> None:
@@ -263,7 +306,11 @@ def worker_hf(cfg: dict[str, Any]) -> None:
     from scoring.engines.hf import HFEngine
 
     on_gpu = torch.cuda.is_available()
-    engine = HFEngine(cfg["model_dir"], batch_size=cfg["hf_batch"] or (256 if on_gpu else 32))
+    engine = HFEngine(
+        cfg["model_dir"],
+        batch_size=cfg["hf_batch"] or (256 if on_gpu else 32),
+        max_batch_tokens=cfg["hf_max_batch_tokens"] or None,
+    )
     renderer = build_renderer(cfg)
     texts = texts_for(cfg)[: cfg["hf_n"] or cfg["n"]]
     k = cfg["adapters"]
@@ -295,6 +342,94 @@ def run_stage(stage: str, cfg_path: Path, timeout: int) -> bool:
     return code == 0
 
 
+def run_multi(cfg: dict[str, Any], cfg_path: Path, shards: int, timeout: int) -> None:
+    """``shards`` vLLM engines on one GPU (each its own process, as one gpu worker each), started
+    together; once all are warm they score their shares at the same time. One row: all requests over
+    the span from the first start to the last end."""
+    name = f"vllm K={cfg['adapters']} mixed, {shards} engines"
+    work = Path(cfg["work"])
+    deadline = time.monotonic() + timeout
+    log(f"stage {name}: start (timeout {timeout}s)")
+    script = str(Path(__file__).resolve())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, "--worker", "vllm-shard", "--config", str(cfg_path), "--shard", f"{i}/{shards}"],
+            start_new_session=True,
+        )
+        for i in range(shards)
+    ]
+    try:
+        while not all((work / f"ready-{shards}-{i}").exists() for i in range(shards)):
+            if time.monotonic() > deadline or any(proc.poll() not in (None, 0) for proc in procs):
+                raise RuntimeError("an engine failed or did not start in time")
+            time.sleep(0.2)
+        log(f"stage {name}: all {shards} engines warm; go")
+        (work / f"go-{shards}").touch()
+        for proc in procs:
+            proc.wait(timeout=max(1, deadline - time.monotonic()))
+        parts = [json.loads((work / f"shard-{shards}-{i}.json").read_text()) for i in range(shards)]
+    except Exception as exc:  # the other rows still count
+        log(f"stage {name} FAILED: {exc!r}")
+        save_result(cfg, name, {"config": name, "error": repr(exc)[:300]}, None, None)
+        return
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    wall = max(x["end"] for x in parts) - min(x["start"] for x in parts)
+    requests = sum(x["requests"] for x in parts)
+    # Items back in their original order: item j was scored by engine j % shards at position j // shards.
+    pieces = [np.load(work / f"shard-{shards}-{i}.npy") for i in range(shards)]
+    p = np.empty((pieces[0].shape[0], sum(x.shape[1] for x in pieces), pieces[0].shape[2]), dtype=np.float32)
+    for i, piece in enumerate(pieces):
+        p[:, i::shards] = piece
+    row = {
+        "config": name,
+        "requests": requests,
+        "items_per_s": requests / max(1, cfg["adapters"]) / wall,
+        "requests_per_s": requests / wall,
+        "wall_s": wall,
+        "start": min(x["start"] for x in parts),
+        "end": max(x["end"] for x in parts),
+        "timings": {f"engine{x['shard']}_wall_s": round(x["end"] - x["start"], 2) for x in parts},
+        "mean_mass": float(np.mean([x["mean_mass"] for x in parts])),
+    }
+    save_result(cfg, name, row, p, np.zeros(p.shape[:2]))
+
+
+class GpuSampler:
+    """``nvidia-smi`` utilisation samples (every 200 ms) in the background, so each row can say how
+    busy the GPU was during its timed window: a low number means the host side is the limit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.proc: subprocess.Popen[bytes] | None = None
+        cmd = ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"]
+        with contextlib.suppress(OSError):
+            self.proc = subprocess.Popen(cmd, stdout=path.open("wb"), stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+
+    def mean_between(self, start: float, end: float) -> float | None:
+        from datetime import datetime
+
+        values = []
+        if not self.path.is_file():
+            return None
+        for line in self.path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                stamp, util = (x.strip() for x in line.split(","))
+                t = datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                if start <= t <= end:
+                    values.append(float(util))
+        return float(np.mean(values)) if values else None
+
+
 def parity(work: Path, a: str, b: str) -> dict[str, float] | None:
     pa, pb = work / f"{a}.npz", work / f"{b}.npz"
     if not (pa.is_file() and pb.is_file()):
@@ -320,6 +455,7 @@ def rate(value: float) -> str:
 
 def table(rows: list[dict[str, Any]], work: Path, k: int) -> tuple[str, dict[str, Any]]:
     pairs = {"vllm base": "hf base", f"vllm K={k} mixed": f"hf K={k}"}
+    pairs.update({row["config"]: f"hf K={k}" for row in rows if row["config"].endswith(" engines")})
     lines = [
         "| engine / config | requests | items/s | requests/s | prefix-cache hit "
         "| parity vs hf (mean / max abs, argmax) | notes |",
@@ -340,6 +476,8 @@ def table(rows: list[dict[str, Any]], work: Path, k: int) -> tuple[str, dict[str
         )
         hit = row.get("prefix_hit")
         notes = ", ".join(f"{key} {v:.2f}" for key, v in row["timings"].items()) + f", mean mass {row['mean_mass']:.3f}"
+        if row.get("gpu_busy") is not None:
+            notes += f", GPU busy {row['gpu_busy']:.0f}%"
         lines.append(
             f"| {name} | {row['requests']} | {rate(row['items_per_s'])} | {rate(row['requests_per_s'])} | "
             f"{'n/a' if hit is None else f'{hit:.1%}'} | {par_text} | {notes} |"
@@ -364,10 +502,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-num-batched-tokens", type=int, default=65536)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--vllm-configs", default="base,1,k", help="comma list of base, 1, k (K adapters mixed)")
+    ap.add_argument(
+        "--engines", default="1", help="comma list: vLLM engines on the GPU at once (>1: K mixed, one process each)"
+    )
+    ap.add_argument("--hf-max-batch-tokens", type=int, default=0, help="HF rows x prompt tokens per forward")
     ap.add_argument("--vllm-timeout", type=int, default=600)
     ap.add_argument("--stage-timeout", type=int, default=900, help="timeout of the prep and hf stages")
     ap.add_argument("--budget", type=int, default=0, help="total seconds for all stages (0: no limit)")
-    ap.add_argument("--worker", choices=["prep", "vllm", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["prep", "vllm", "vllm-shard", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--shard", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -382,6 +526,9 @@ def worker_main(args: argparse.Namespace) -> int:
             cfg_path.write_text(json.dumps(worker_prep(cfg), indent=1))
         elif args.worker == "vllm":
             worker_vllm(cfg)
+        elif args.worker == "vllm-shard":
+            shard, shards = (int(x) for x in args.shard.split("/"))
+            worker_vllm_shard(cfg, shard, shards)
         else:
             worker_hf(cfg)
     except Exception as exc:
@@ -417,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         # HF base is the parity reference for "vllm base"; alone (CPU) it is skipped to save time.
         "hf_base_n": min(args.n_parity, args.n) if args.engine == "both" else 0,
         "hf_batch": args.hf_batch,
+        "hf_max_batch_tokens": args.hf_max_batch_tokens,
+        "vllm_configs": [c for c in args.vllm_configs.split(",") if c],
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "enforce_eager": args.enforce_eager,
@@ -434,17 +583,31 @@ def main(argv: list[str] | None = None) -> int:
     if not run_stage("prep", cfg_path, limit(args.stage_timeout)):
         log("prep failed: no engine can run")
         return 1
-    if args.engine in ("vllm", "both"):
-        run_stage("vllm", cfg_path, limit(args.vllm_timeout))
-        write_report(args, out, work, cfg_path, echo=False)  # partial results survive a later timeout
-    if args.engine in ("hf", "both"):
-        run_stage("hf", cfg_path, limit(args.stage_timeout))
-    return write_report(args, out, work, cfg_path)
+    gpu = GpuSampler(out / "gpu-util.csv")
+    try:
+        if args.engine in ("vllm", "both"):
+            prepared = json.loads(cfg_path.read_text())
+            for engines in (int(x) for x in args.engines.split(",")):
+                if engines == 1 and prepared["vllm_configs"]:
+                    run_stage("vllm", cfg_path, limit(args.vllm_timeout))
+                elif engines > 1:
+                    run_multi(prepared, cfg_path, engines, limit(args.vllm_timeout))
+                write_report(args, out, work, cfg_path, gpu, echo=False)  # partial results survive a later timeout
+        if args.engine in ("hf", "both"):
+            run_stage("hf", cfg_path, limit(args.stage_timeout))
+    finally:
+        gpu.stop()
+    return write_report(args, out, work, cfg_path, gpu)
 
 
-def write_report(args: argparse.Namespace, out: Path, work: Path, cfg_path: Path, echo: bool = True) -> int:
+def write_report(
+    args: argparse.Namespace, out: Path, work: Path, cfg_path: Path, gpu: GpuSampler, echo: bool = True
+) -> int:
     rows_path = work / "rows.jsonl"
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.is_file() else []
+    for row in rows:
+        if "start" in row:
+            row["gpu_busy"] = gpu.mean_between(row["start"], row["end"])
     prepared = json.loads(cfg_path.read_text())
     text, parities = table(rows, work, args.adapters)
     header = (
