@@ -19,3 +19,6 @@ class AnnotateConfig(AppConfig):
     def ready(self) -> None:
         # The role groups exist as soon as the database does (migrate), not only after a demo setup.
         post_migrate.connect(_create_role_groups, sender=self)
+        from annotate import signals
+
+        signals.connect()

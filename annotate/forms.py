@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -12,33 +13,31 @@ from annotate.services.labeling import MAX_SECONDS_SPENT, QUEUES
 QUEUE_CHOICES = [(q, q) for q in QUEUES]
 
 
-class _ItemForm(forms.Form):
-    item = forms.ModelChoiceField(
-        queryset=Item.objects.none(), error_messages={"invalid_choice": "unknown item: it is not in this project"}
-    )
+class _QueueForm(forms.Form):
     queue = forms.ChoiceField(choices=QUEUE_CHOICES, required=False)
-
-    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["item"].queryset = Item.objects.filter(project=project)  # type: ignore[attr-defined]
 
     def clean_queue(self) -> str:
         return self.cleaned_data.get("queue") or "batch"
 
 
-class LabelForm(_ItemForm):
-    label = forms.ModelChoiceField(
-        queryset=Label.objects.none(),
-        error_messages={"invalid_choice": "unknown label: choose one of this project's labels"},
-    )
+class LabelForm(_QueueForm):
+    """The hot form: validated without a query. The labels are the project's cached label set; the
+    item's project is checked by the service, in the statement that locks the item."""
+
+    item = forms.IntegerField(min_value=1, error_messages={"invalid": "unknown item: it is not in this project"})
+    label = forms.ChoiceField(error_messages={"invalid_choice": "unknown label: choose one of this project's labels"})
     revise = forms.BooleanField(required=False)  # set on the undo screen: update my existing label
     # Seconds the item was on screen, measured by annotate.js; without JS the lease's age is used.
     # Lenient: a garbled timing must never cost the label, it just falls back to the lease's age.
     seconds = forms.CharField(required=False)
 
-    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
-        super().__init__(*args, project=project, **kwargs)
-        self.fields["label"].queryset = Label.objects.filter(project=project)  # type: ignore[attr-defined]
+    def __init__(self, *args: Any, labels: Sequence[Label], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.labels = {str(label.pk): label for label in labels}
+        self.fields["label"].choices = [(pk, label.name) for pk, label in self.labels.items()]  # type: ignore[attr-defined]
+
+    def clean_label(self) -> Label:
+        return self.labels[self.cleaned_data["label"]]
 
     def clean_seconds(self) -> float | None:
         try:
@@ -48,5 +47,12 @@ class LabelForm(_ItemForm):
         return seconds if 0 <= seconds <= MAX_SECONDS_SPENT else None
 
 
-class SkipForm(_ItemForm):
+class SkipForm(_QueueForm):
+    item = forms.ModelChoiceField(
+        queryset=Item.objects.none(), error_messages={"invalid_choice": "unknown item: it is not in this project"}
+    )
     reason = forms.CharField(required=False, max_length=Skip._meta.get_field("reason").max_length)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["item"].queryset = Item.objects.filter(project=project)  # type: ignore[attr-defined]

@@ -19,6 +19,9 @@ class Project(models.Model):
     name = models.CharField(max_length=200, unique=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Bumped by every save of the project or of one of its labels: the version of what the web
+    # process caches per project (the label buttons).
+    updated_at = models.DateTimeField(auto_now=True)
     guidelines = models.TextField(blank=True, help_text="Markdown, rendered safely on the annotate page.")
     # Prompt: instructions + label descriptions + frozen few-shot examples form the shared prefix.
     instructions = models.TextField(blank=True, default="Classify the text into exactly one label.")
@@ -190,6 +193,8 @@ class BatchItem(models.Model):
     class Meta:
         ordering = ["round", "rank"]
         constraints = [models.UniqueConstraint(fields=["round", "item"], name="batchitem_unique")]
+        # The batch queue walks a round in rank order and stops at the first open item.
+        indexes = [models.Index(fields=["round", "rank", "item"], name="batchitem_queue_order")]
 
 
 class Lease(models.Model):

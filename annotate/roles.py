@@ -7,7 +7,10 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponseBase
 
@@ -29,6 +32,27 @@ def roles_of(user: Any) -> set[str]:
         cached = set(user.groups.filter(name__in=ALL_ROLES).values_list("name", flat=True))
         user._alann_roles = cached
     return cached
+
+
+class RoleBackend(ModelBackend):
+    """ModelBackend that reads the user's roles in the query that loads the user for each request,
+    instead of a second query at the role check."""
+
+    def get_user(self, user_id: Any) -> Any:
+        model = get_user_model()
+        user_groups = model.groups.through._meta.db_table  # type: ignore[attr-defined]
+        in_role = [
+            f"EXISTS (SELECT 1 FROM {user_groups} ug JOIN {Group._meta.db_table} g ON g.id = ug.group_id "
+            f"WHERE ug.user_id = u.id AND g.name = %(role{n})s) AS in_role{n}"
+            for n in range(len(ALL_ROLES))
+        ]
+        sql = f"SELECT u.*, {', '.join(in_role)} FROM {model._meta.db_table} u WHERE u.id = %(id)s"
+        params = {"id": model._meta.pk.to_python(user_id), **{f"role{n}": r for n, r in enumerate(ALL_ROLES)}}
+        user: Any = next(iter(model._default_manager.raw(sql, params)), None)
+        if user is None or not self.user_can_authenticate(user):
+            return None
+        user._alann_roles = {role for n, role in enumerate(ALL_ROLES) if getattr(user, f"in_role{n}")}
+        return user
 
 
 def has_role(user: Any, *roles: str) -> bool:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import string
-from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import markdown
 import nh3
 from django.core.cache import cache
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db import connection
 
 from annotate.models import Annotation, BatchItem, Item, Label, Prediction, Project, Round
 
@@ -52,66 +52,71 @@ def shortcut_keys(n: int) -> list[str | None]:
     return [SHORTCUT_KEYS[i] if i < len(SHORTCUT_KEYS) else None for i in range(n)]
 
 
+@lru_cache(maxsize=256)
+def _labels(project_id: int, version: datetime) -> tuple[Label, ...]:
+    return tuple(Label.objects.filter(project_id=project_id))
+
+
+def project_labels(*, project: Project) -> tuple[Label, ...]:
+    """The project's labels in button order, read once per process and project version (a label
+    saved or deleted bumps ``project.updated_at``, see annotate/signals.py)."""
+    return _labels(project.pk, project.updated_at)
+
+
 def label_buttons(*, project: Project) -> list[LabelButton]:
-    labels = list(Label.objects.filter(project=project))
+    labels = project_labels(project=project)
     return [LabelButton(label, key) for label, key in zip(labels, shortcut_keys(len(labels)), strict=True)]
 
 
-def _cached(project: Project, name: str, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
-    key = f"alann:progress:{name}:{project.pk}:{project.created_at.timestamp()}"
+_TABLES = {m.__name__.lower(): m._meta.db_table for m in (Annotation, BatchItem, Item, Round)}
+# The team's counts in one statement: the batch (items of rounds in "labeling": items complete,
+# labels given / needed) and the pool and test set (items with a final label).
+_TEAM_COUNTS_SQL = """SELECT batch.*, pool.* FROM
+(SELECT COUNT(*) AS total,
+   COALESCE(SUM(CASE WHEN n >= required_labels OR final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS complete,
+   COALESCE(SUM(required_labels), 0) AS needed, COALESCE(SUM(n), 0) AS given
+ FROM (SELECT i.required_labels, i.final_label_id, (SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = i.id) AS n
+   FROM {item} i WHERE i.id IN (SELECT b.item_id FROM {batchitem} b JOIN {round} r ON r.id = b.round_id
+     WHERE r.project_id = %(project)s AND r.status = %(labeling)s)) batch_items) batch,
+(SELECT COALESCE(SUM(CASE WHEN is_test THEN 0 ELSE 1 END), 0) AS pool,
+   COALESCE(SUM(CASE WHEN NOT is_test AND final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS pool_final,
+   COALESCE(SUM(CASE WHEN is_test THEN 1 ELSE 0 END), 0) AS test,
+   COALESCE(SUM(CASE WHEN is_test AND final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS test_final
+ FROM {item} WHERE project_id = %(project)s) pool""".format(**_TABLES)
+# The annotator's labels in the project, and in the round(s) now labelling.
+_MINE_SQL = """SELECT COUNT(*), COALESCE(SUM(CASE WHEN r.status = %(labeling)s THEN 1 ELSE 0 END), 0)
+FROM {annotation} a JOIN {item} i ON i.id = a.item_id LEFT JOIN {round} r ON r.id = a.round_id
+WHERE a.annotator_id = %(user)s AND i.project_id = %(project)s""".format(**_TABLES)
+_TEAM_COUNTS = ("total", "complete", "needed", "given", "pool", "pool_final", "test", "test_final")
+
+
+def _team_counts(project: Project) -> dict[str, int]:
+    """Shared by every annotator of the project and cached a few seconds: a bar that lags by seconds
+    is fine, recounting on every label is not."""
+    key = f"alann:progress:{project.pk}:{project.created_at.timestamp()}"
     counts: dict[str, int] | None = cache.get(key)
     if counts is None:
-        counts = compute()
+        with connection.cursor() as cursor:
+            cursor.execute(_TEAM_COUNTS_SQL, {"project": project.pk, "labeling": Round.Status.LABELING.value})
+            counts = {name: int(value) for name, value in zip(_TEAM_COUNTS, cursor.fetchone(), strict=True)}
         cache.set(key, counts, _PROJECT_COUNTS_TTL)
     return counts
 
 
-def _pool_counts(project: Project) -> dict[str, int]:
-    final = Q(final_label__isnull=False)
-    return Item.objects.filter(project=project).aggregate(
-        pool=Count("id", filter=Q(is_test=False)),
-        pool_final=Count("id", filter=Q(is_test=False) & final),
-        test=Count("id", filter=Q(is_test=True)),
-        test_final=Count("id", filter=Q(is_test=True) & final),
-    )
-
-
-def _labeling_batch(project: Project) -> QuerySet[BatchItem]:
-    return BatchItem.objects.filter(round__project=project, round__status=Round.Status.LABELING)
-
-
-def _batch_counts(project: Project) -> dict[str, int]:
-    batch_items = _labeling_batch(project).values("item_id")
-    labels_on_item = Annotation.objects.filter(item=OuterRef("pk")).order_by().values("item")
-    n_labels = Subquery(labels_on_item.annotate(n=Count("*")).values("n")[:1], output_field=IntegerField())
-    counts = (
-        Item.objects.filter(pk__in=batch_items)
-        .annotate(n=Coalesce(n_labels, 0))
-        .aggregate(
-            total=Count("id"),
-            complete=Count("id", filter=Q(n__gte=F("required_labels")) | Q(final_label__isnull=False)),
-            needed=Coalesce(Sum("required_labels"), 0),
-            given=Coalesce(Sum("n"), 0),
-        )
-    )
-    return {k: int(v) for k, v in counts.items()}
-
-
 def progress_for(*, project: Project, annotator: Any) -> Progress:
-    """Team counts are shared by every annotator of the project and cached a few seconds (a bar that
-    lags by seconds is fine, recounting them on every label is not); the annotator's own are live."""
-    batch = _cached(project, "batch", lambda: _batch_counts(project))
-    pool = _cached(project, "pool", lambda: _pool_counts(project))
-    mine = Annotation.objects.filter(annotator=annotator, item__project=project).aggregate(
-        total=Count("id"), this_round=Count("id", filter=Q(round__status=Round.Status.LABELING))
-    )
+    """The team's counts (cached a few seconds) and the annotator's own (live)."""
+    team = _team_counts(project)
+    params = {"project": project.pk, "user": annotator.pk, "labeling": Round.Status.LABELING.value}
+    with connection.cursor() as cursor:
+        cursor.execute(_MINE_SQL, params)
+        mine, mine_round = cursor.fetchone()
     return Progress(
-        batch=Bar(batch["complete"], batch["total"]),
-        round=Bar(batch["given"], batch["needed"]),
-        overall=Bar(pool["pool_final"], pool["pool"]),
-        test=Bar(pool["test_final"], pool["test"]),
-        mine=mine["total"],
-        mine_round=mine["this_round"],
+        batch=Bar(team["complete"], team["total"]),
+        round=Bar(team["given"], team["needed"]),
+        overall=Bar(team["pool_final"], team["pool"]),
+        test=Bar(team["test_final"], team["test"]),
+        mine=mine,
+        mine_round=mine_round,
     )
 
 

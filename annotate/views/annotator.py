@@ -16,12 +16,18 @@ from django.views.decorators.http import require_GET, require_POST
 from annotate.forms import LabelForm, SkipForm
 from annotate.models import Annotation, Item, Project
 from annotate.roles import ANNOTATOR, LEAD, role_required
-from annotate.selectors.labeling import guidelines_html, label_buttons, progress_for, suggestion_for
+from annotate.selectors.labeling import (
+    guidelines_html,
+    label_buttons,
+    progress_for,
+    project_labels,
+    suggestion_for,
+)
 from annotate.services.labeling import (
     AlreadyLabelled,
     LabelingError,
     Queue,
-    label_submit,
+    label_submit_and_next,
     label_undo,
     next_item_for,
     skip_submit,
@@ -43,15 +49,13 @@ def _panel(
     project: Project,
     queue: Queue,
     *,
-    item: Item | None = None,
+    item: Item | None,
     revising: Annotation | None = None,
     saved: Annotation | None = None,
     error: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    """The annotate page, or only its panel for htmx. Without `item` (and not revising), the next one."""
-    if item is None and revising is None:
-        item = next_item_for(project=project, annotator=request.user, queue=queue)
+    """The annotate page, or only its panel for htmx, showing `item` (or the label being revised)."""
     shown = revising.item if revising is not None else item
     context: dict[str, Any] = {
         "project": project,
@@ -71,9 +75,12 @@ def _panel(
     return render(request, TEMPLATE, context, status=status)
 
 
-def _done(request: HttpRequest, project: Project, queue: Queue, saved: Annotation | None, note: str) -> HttpResponse:
-    if request.htmx:  # type: ignore[attr-defined]
-        return _panel(request, project, queue, saved=saved)
+def _next(request: HttpRequest, project: Project, queue: Queue) -> Item | None:
+    return next_item_for(project=project, annotator=request.user, queue=queue)
+
+
+def _back_to_queue(request: HttpRequest, project: Project, queue: Queue, note: str) -> HttpResponse:
+    """No JavaScript: Post/Redirect/Get, the note shown as a message on the queue page."""
     messages.success(request, note)
     response = redirect(_queue_url(project, queue))
     response.status_code = 303  # See Other: the browser GETs the queue; a reload never re-POSTs
@@ -88,31 +95,34 @@ def _form_error(form: LabelForm | SkipForm) -> str:
 @require_GET
 def annotate(request: HttpRequest, project_id: int, queue: str = "batch") -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    return _panel(request, project, _queue(queue))
+    return _panel(request, project, _queue(queue), item=_next(request, project, _queue(queue)))
 
 
 @role_required(ANNOTATOR, LEAD)
 @require_POST
 def annotate_label(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    form = LabelForm(request.POST, project=project)
+    form = LabelForm(request.POST, labels=project_labels(project=project))
     queue = _queue(request.POST.get("queue"))
     if not form.is_valid():
-        return _panel(request, project, queue, error=_form_error(form), status=400)
+        return _panel(request, project, queue, item=_next(request, project, queue), error=_form_error(form), status=400)
     data = form.cleaned_data
     try:
-        annotation = label_submit(
-            item=data["item"],
+        annotation, item = label_submit_and_next(
+            project=project,
             annotator=request.user,
+            item_id=data["item"],
             label=data["label"],
+            queue=queue,
             seconds_spent=data["seconds"],
             revise=data["revise"],
         )
-    except AlreadyLabelled as exc:
-        return _panel(request, project, queue, error=str(exc), status=409)
     except LabelingError as exc:
-        return _panel(request, project, queue, error=str(exc), status=400)
-    return _done(request, project, queue, annotation, f"Saved “{annotation.label.name}”. Press u to revise it.")
+        status = 409 if isinstance(exc, AlreadyLabelled) else 400
+        return _panel(request, project, queue, item=_next(request, project, queue), error=str(exc), status=status)
+    if request.htmx:  # type: ignore[attr-defined]
+        return _panel(request, project, queue, item=item, saved=annotation)
+    return _back_to_queue(request, project, queue, f"Saved “{annotation.label.name}”. Press u to revise it.")
 
 
 @role_required(ANNOTATOR, LEAD)
@@ -122,12 +132,14 @@ def annotate_skip(request: HttpRequest, project_id: int) -> HttpResponse:
     form = SkipForm(request.POST, project=project)
     queue = _queue(request.POST.get("queue"))
     if not form.is_valid():
-        return _panel(request, project, queue, error=_form_error(form), status=400)
+        return _panel(request, project, queue, item=_next(request, project, queue), error=_form_error(form), status=400)
     try:
         skip_submit(item=form.cleaned_data["item"], annotator=request.user, reason=form.cleaned_data["reason"])
     except LabelingError as exc:
-        return _panel(request, project, queue, error=str(exc), status=409)
-    return _done(request, project, queue, None, "Skipped. A lead will look at it.")
+        return _panel(request, project, queue, item=_next(request, project, queue), error=str(exc), status=409)
+    if request.htmx:  # type: ignore[attr-defined]
+        return _panel(request, project, queue, item=_next(request, project, queue))
+    return _back_to_queue(request, project, queue, "Skipped. A lead will look at it.")
 
 
 @role_required(ANNOTATOR, LEAD)
@@ -138,8 +150,8 @@ def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
     queue = _queue(request.GET.get("queue"))
     last = label_undo(annotator=request.user, project=project, queue=queue)
     if last is None:
-        return _panel(request, project, queue, error="nothing to undo yet")
-    return _panel(request, project, queue, revising=last)
+        return _panel(request, project, queue, item=_next(request, project, queue), error="nothing to undo yet")
+    return _panel(request, project, queue, item=None, revising=last)
 
 
 @role_required(ANNOTATOR, LEAD)
