@@ -18,7 +18,7 @@ from annotate.models import Annotation, BatchItem, Item, Label, Prediction, Proj
 # Keys the annotate page reserves for actions: s skip, u undo, h guidelines (and ? help).
 RESERVED_KEYS = frozenset("suh")
 SHORTCUT_KEYS = tuple("123456789") + tuple(c for c in string.ascii_lowercase if c not in RESERVED_KEYS)
-_PROJECT_COUNTS_TTL = 3  # seconds; see progress_for
+_PROJECT_COUNTS_TTL = 10  # seconds: team bars may lag this much; recounting a large batch costs ~15 ms
 
 
 @dataclass(frozen=True)
