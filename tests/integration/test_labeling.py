@@ -346,6 +346,7 @@ def test_hot_request_stays_within_its_query_budget(project: Project, client_alic
     own counts); SQLite runs the lease as four statements instead of one."""
     url = reverse("annotate_label", args=[project.pk])
     item = next_item_for(project=project, annotator=alice)
+    assert item is not None
     client_alice.get(reverse("annotate", args=[project.pk]))  # team counts cached, as on a busy project
     positive = label(project, "positive")
     ceiling = 13 if connection.vendor == "postgresql" else 16
