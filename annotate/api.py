@@ -1,6 +1,8 @@
 """A small REST endpoint for scripts and CI: start a round, poll its status.
 
-    POST /api/projects/<id>/rounds/   → 201 {"id", "number", "status", "url"}   (409 when one is active)
+    POST /api/projects/<id>/rounds/   → 201 {"id", "number", "status", "strategy", "url"}
+         optional body {"strategy": "active" | "random" | "uncertainty-only" | "kcenter-only"}
+         (JSON or form fields; default active) → 400 for an unknown one, 409 when a round is active
     GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...}}
 
 Auth: ``Authorization: Token <token>``; the token's sha256 digest is looked up in ApiToken. Starting a
@@ -10,6 +12,7 @@ round needs the ML role, reading one any role on the project's site.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
@@ -21,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from annotate.models import ApiToken, Project, Round
 from annotate.roles import ML, has_role
 from annotate.selectors import loop as loop_sel
-from annotate.services.rounds import RoundError, round_request_start
+from annotate.services.rounds import RoundError, UnknownStrategyError, round_request_start
 
 
 def _user(request: HttpRequest) -> Any:
@@ -35,6 +38,16 @@ def _user(request: HttpRequest) -> Any:
 
 def _denied(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
+
+
+def _options(request: HttpRequest) -> dict[str, Any]:
+    """The POST's options: a JSON object, or form fields. ValueError for a body that is neither."""
+    if request.content_type != "application/json":
+        return request.POST.dict()
+    payload = json.loads(request.body or b"{}")
+    if not isinstance(payload, dict):
+        raise ValueError("the body must be a JSON object")
+    return payload
 
 
 def round_json(row: Round) -> dict[str, Any]:
@@ -69,10 +82,22 @@ def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
         return _denied(403, "starting a round needs the ML role")
     project = get_object_or_404(Project, pk=project_id)
     try:
-        row = round_request_start(project=project, user=user)
+        strategy = str(_options(request).get("strategy") or "active")
+    except ValueError as exc:
+        return _denied(400, f"unreadable body: {exc}")
+    try:
+        row = round_request_start(project=project, user=user, strategy=strategy)
+    except UnknownStrategyError as exc:
+        return _denied(400, str(exc))
     except RoundError as exc:
         return _denied(409, str(exc))
-    body = {"id": row.id, "number": row.number, "status": row.status, "url": reverse("api_round", args=[row.id])}
+    body = {
+        "id": row.id,
+        "number": row.number,
+        "status": row.status,
+        "strategy": row.strategy,
+        "url": reverse("api_round", args=[row.id]),
+    }
     return JsonResponse(body, status=201)
 
 

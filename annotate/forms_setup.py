@@ -1,5 +1,5 @@
-"""Forms of the ML and lead pages: project setup (labels with verified codes, prompt, knobs) and the
-lead's adjudication."""
+"""Forms of the ML and lead pages: project setup (labels with verified codes, prompt, knobs), the
+round request and the lead's adjudication."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from django.http import QueryDict
 
 from annotate.models import Label, Project
 from annotate.services.projects import LabelInput
+from scoring.selection import STRATEGIES
 
 UNLABELABLE = "unlabelable"
 
@@ -293,6 +294,28 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         fields = {name: self.cleaned_data[name] for name in self.Meta.fields if name != "name"}
         fields["few_shot"] = self.cleaned_data.get("few_shot", [])
         return fields
+
+
+STRATEGY_NAMES = {
+    "active": "active: uncertain and diverse (production)",
+    "random": "random (baseline, no scoring)",
+    "uncertainty-only": "uncertainty only (top scores)",
+    "kcenter-only": "diversity only (k-center, no scoring)",
+}
+
+
+class RoundStartForm(forms.Form):
+    """The ML page's "start next round": the selection strategy (active unless another is picked)."""
+
+    strategy = forms.ChoiceField(
+        choices=[(s, STRATEGY_NAMES.get(s, s)) for s in STRATEGIES],
+        initial="active",
+        required=False,
+        error_messages={"invalid_choice": f"unknown strategy %(value)s; expected one of {', '.join(STRATEGIES)}"},
+    )
+
+    def clean_strategy(self) -> str:
+        return self.cleaned_data.get("strategy") or "active"
 
 
 class AdjudicationForm(forms.Form):

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
 Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only"]
+# What each strategy reads besides the eligible rows; the round service computes nothing else (a
+# round of a strategy outside NEEDS_SCORES is not scored at all, and picks from the whole pool).
+NEEDS_SCORES = frozenset({"active", "uncertainty-only"})
+NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only"})
 RngLike = np.random.Generator | int
 
 # Tile side for the candidate × seed similarity pass: a 4096×4096 float32 tile is 64 MiB, big

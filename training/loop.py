@@ -287,24 +287,34 @@ def select(
     n_eligible: int,
     config: SelectionConfig,
     rng: np.random.Generator,
+    strategy: str = "active",
     uncertainty: np.ndarray | None = None,
     emb: np.ndarray | None = None,
     labeled_emb: np.ndarray | None = None,
 ) -> Selection:
-    """The batch: cold start (random, or k-center over embeddings) or random slice + top-M + k-center.
-    Random cold start needs no embeddings (round 1 runs in seconds)."""
-    from scoring.selection import select_batch, select_cold_start
+    """The batch: cold start (random, or k-center over embeddings) or the round's ``strategy``
+    (scoring.selection.select_strategy). Strategies outside NEEDS_EMBEDDINGS (a random cold start
+    too) need no embeddings: round 1 runs in seconds."""
+    from scoring.selection import NEEDS_EMBEDDINGS, select_strategy
 
-    b = min(config.batch_size, n_eligible)
-    if cold and config.cold_mode == "random":
-        none = np.zeros((n_eligible, 1), np.float32) + 1.0
-        return select_cold_start(none, np.zeros((0, 1), np.float32), b=b, rng=rng, mode="random")
-    assert emb is not None and labeled_emb is not None
     if cold:
-        return select_cold_start(emb, labeled_emb, b=b, rng=rng, mode="diversity")
-    assert uncertainty is not None
+        strategy = "random" if config.cold_mode == "random" else "kcenter-only"
+    if emb is None or labeled_emb is None:
+        if strategy in NEEDS_EMBEDDINGS:
+            raise ValueError(f"strategy {strategy!r} needs embeddings")
+        emb, labeled_emb = np.ones((n_eligible, 1), np.float32), np.zeros((0, 1), np.float32)
+    b = min(config.batch_size, n_eligible)
     m = max(b, int(round(config.oversample * b)))
-    return select_batch(uncertainty, emb, labeled_emb, b=b, m=m, random_share=config.random_share, rng=rng)
+    return select_strategy(
+        strategy,  # type: ignore[arg-type]  # checked by select_strategy
+        uncertainty,
+        emb,
+        labeled_emb,
+        b=b,
+        m=m,
+        random_share=config.random_share,
+        rng=rng,
+    )
 
 
 # -- training -----------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """Rounds: the state machine and the orchestration of one turn of the loop.
 
     pending → scoring → selecting → labeling → training → evaluating → done      (any → failed)
-    pending → selecting                                       (cold-start rounds: nothing to score)
+    pending → selecting             (cold-start, random and kcenter-only rounds: nothing to score)
+
+A round is requested with a selection strategy (scoring.selection.STRATEGIES, stored in
+Round.strategy): "active" in production, the ablations for comparisons (the simulation harness runs
+them all through these services). A cold-start round ignores it: it becomes "cold-start".
 
 Every move goes through ``round_transition``: one conditional UPDATE (``WHERE status = from``), so a
 replayed or concurrent task can never step a round twice; the caller that wins enqueues the next
@@ -34,6 +38,7 @@ from django.utils import timezone
 from annotate.loopconfig import loop_config
 from annotate.models import AdapterVersion, BatchItem, Project, Round
 from annotate.selectors import loop as loop_sel
+from scoring.selection import NEEDS_SCORES, STRATEGIES
 
 ACTIVE_STATUSES = (
     Round.Status.PENDING,
@@ -59,6 +64,16 @@ _SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("rounds_sync", defa
 
 class RoundError(ValueError):
     """A request the round cannot take now; the message is shown as is."""
+
+
+class UnknownStrategyError(RoundError):
+    """A strategy that is not one of scoring.selection.STRATEGIES (a bad request, not a busy round)."""
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise UnknownStrategyError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    return strategy
 
 
 # -- state machine ------------------------------------------------------------------------------
@@ -127,10 +142,12 @@ def device_name() -> str:
 # -- requests -------------------------------------------------------------------------------------
 
 
-def round_request_start(*, project: Project, user: Any) -> Round:
-    """Create the next round (pending) and enqueue its first step. Refused while another is active."""
+def round_request_start(*, project: Project, user: Any, strategy: str = "active") -> Round:
+    """Create the next round (pending) with its selection strategy and enqueue its first step.
+    Refused while another is active; an unknown strategy is refused before anything is written."""
     from annotate import tasks
 
+    check_strategy(strategy)
     try:
         with transaction.atomic():
             active = Round.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("-number").first()
@@ -143,6 +160,7 @@ def round_request_start(*, project: Project, user: Any) -> Round:
                 status=S.PENDING,
                 requested_by=user,
                 seed=project.seed + number,
+                strategy=strategy,
             )
             dispatch(tasks.round_begin, new.id)
             return new
@@ -194,21 +212,24 @@ def is_cold(row: Round) -> bool:
 
 
 def round_begin(*, round_id: int) -> Round:
-    """pending → selecting (cold start) or pending → scoring (shards planned and enqueued)."""
+    """pending → selecting (cold start, or a strategy that reads no scores) or pending → scoring
+    (shards planned and enqueued)."""
     from annotate import tasks
     from annotate.services import scoring
 
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status != S.PENDING:
         return row
-    if is_cold(row):
+    cold = is_cold(row)
+    if cold or row.strategy not in NEEDS_SCORES:
+        fields = {"strategy": "cold-start"} if cold else {}
         with transaction.atomic():
-            if round_transition(row.id, S.PENDING, S.SELECTING, strategy="cold-start"):
+            if round_transition(row.id, S.PENDING, S.SELECTING, **fields):
                 dispatch(tasks.round_select, row.id)
     else:
         shards = scoring.scoring_plan(round=row)
         with transaction.atomic():
-            if round_transition(row.id, S.PENDING, S.SCORING, strategy="active"):
+            if round_transition(row.id, S.PENDING, S.SCORING):
                 for shard in shards:
                     dispatch(tasks.score_shard, row.id, shard)
         if not shards:
@@ -218,7 +239,8 @@ def round_begin(*, round_id: int) -> Round:
 
 
 def round_select(*, round_id: int) -> Round:
-    """selecting → labeling: the batch (BatchItem rows, source cold/active/random), written once."""
+    """selecting → labeling: the batch the round's strategy picks (BatchItem rows, source
+    cold/active/random), written once."""
     from annotate.services import scoring
 
     row = Round.objects.select_related("project").get(id=round_id)

@@ -323,45 +323,51 @@ def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
 
 
 def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
-    """The round's batch as (item id, source, uncertainty), in rank order. Cold rounds: random or
-    diversity over the eligible pool. Later rounds: the round's scores (refused unless made with the
-    current adapter set and prompt), predictions upserted, low mass → review, then select_batch."""
+    """The round's batch as (item id, source, uncertainty), in rank order, picked by the round's
+    strategy. Cold rounds: random or diversity over the eligible pool. Strategies that read scores
+    (NEEDS_SCORES): the round's scores (refused unless made with the current adapter set and prompt),
+    predictions upserted, low mass → review, then the selection over the eligible scored rows. The
+    others (random, kcenter-only): the whole eligible pool, so last round's most uncertain items
+    carried into the candidates cannot bias them."""
+    from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_SCORES
+
     config = loop_config(round.project)
-    rng = loop.step_rng(round.seed, "select")
-    eligible = loop_sel.eligible_ids(project=round.project)
-    if round.strategy == "cold-start":
-        if len(eligible) == 0:
-            return []
-        emb = labeled_emb = None
-        if config.selection.cold_mode != "random":
-            emb = embeddings(*_texts(eligible))
-            labeled = loop_sel.labeled_items(project=round.project)
-            labeled_emb = embeddings(labeled.texts, labeled.hashes)
-        sel = loop.select(
-            cold=True, n_eligible=len(eligible), config=config.selection, rng=rng, emb=emb, labeled_emb=labeled_emb
-        )
-        return [(int(eligible[i]), "cold", None) for i in sel.indices]
-    ids, u, review_count = _scored_candidates(round, config)
-    keep = np.isin(ids, eligible)
-    ids, u = ids[keep], u[keep]
-    metrics = dict(round.metrics or {})
-    metrics.update({"review_bucket": review_count, "eligible_scored": len(ids)})
-    Round.objects.filter(id=round.id).update(metrics=metrics)
+    cold = round.strategy == "cold-start"
+    ids, u = loop_sel.eligible_ids(project=round.project), None
+    if not cold and round.strategy in NEEDS_SCORES:
+        ids, u = _eligible_scored(round, config, ids)
     if len(ids) == 0:
         return []
-    labeled = loop_sel.labeled_items(project=round.project)
+    emb = labeled_emb = None
+    needs_embeddings = config.selection.cold_mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
+    if needs_embeddings:
+        labeled = loop_sel.labeled_items(project=round.project)
+        emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
     sel = loop.select(
-        cold=False,
+        cold=cold,
+        strategy=round.strategy,
         n_eligible=len(ids),
         config=config.selection,
-        rng=rng,
+        rng=loop.step_rng(round.seed, "select"),
         uncertainty=u,
-        emb=embeddings(*_texts(ids)),
-        labeled_emb=embeddings(labeled.texts, labeled.hashes),
+        emb=emb,
+        labeled_emb=labeled_emb,
     )
     return [
-        (int(ids[i]), "random" if r else "active", float(u[i])) for i, r in zip(sel.indices, sel.is_random, strict=True)
+        (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
+        for i, r in zip(sel.indices, sel.is_random, strict=True)
     ]
+
+
+def _eligible_scored(row: Round, config: loop.LoopConfig, eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The round's scored rows still eligible, with their uncertainty; the review count in metrics."""
+    ids, u, review_count = _scored_candidates(row, config)
+    keep = np.isin(ids, eligible)
+    ids, u = ids[keep], u[keep]
+    metrics = dict(row.metrics or {})
+    metrics.update({"review_bucket": review_count, "eligible_scored": len(ids)})
+    Round.objects.filter(id=row.id).update(metrics=metrics)
+    return ids, u
 
 
 def _scored_candidates(row: Round, config: loop.LoopConfig) -> tuple[np.ndarray, np.ndarray, int]:

@@ -1,11 +1,11 @@
 """The simulation harness: does active selection beat random, by how much, at what cost.
 
 One *job* is one (strategy, seed): a fresh project holding the data set's pool and its fixed test
-set, then R rounds of the production loop through the production services (round_request_start →
-round_run_sync, step by step → the simulated annotator labels the batch through next_item_for /
-label_submit with the CSV's gold label → round_run_sync until done). After each round one JSON
-record is appended to OUT/records.jsonl under a file lock, so parallel jobs share the file and a
-killed run keeps every finished round.
+set, then R rounds of the production loop through the production services (round_request_start
+with the job's strategy → round_run_sync, step by step → the simulated annotator labels the batch
+through next_item_for / label_submit with the CSV's gold label → round_run_sync until done). After
+each round one JSON record is appended to OUT/records.jsonl under a file lock, so parallel jobs
+share the file and a killed run keeps every finished round.
 
 The ``full-data`` job is the ceiling of the curves: K adapters trained once on the whole train split
 with the code the training service calls (training.loop.train_member), evaluated on the same test
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
-import inspect
 import json
 import os
 import time
@@ -42,10 +41,9 @@ from annotate.models import BatchItem, Item, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from annotate.services.projects import LabelInput, project_create
+from scoring.selection import STRATEGIES  # the production selection and the three ablations
 
 FULL_DATA = "full-data"
-# The production selection and the three ablations (scoring/selection.py STRATEGIES).
-STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
 POOL_SAMPLE_SEED = 0  # the pool sample is fixed across strategies and seeds, like the baseline's
 ANNOTATOR = "sim-annotator"
 Log = Callable[[str], None]
@@ -223,97 +221,24 @@ STEP_OF_STATUS: dict[str, str] = {
 ALL_STATUSES = tuple(Round.Status.values)
 
 
-def _strategy_in_service() -> bool:
-    """Whether the round service takes the strategy itself (round_request_start(strategy=...))."""
-    from annotate.services import rounds
-
-    return "strategy" in inspect.signature(rounds.round_request_start).parameters
-
-
 def _start_round(project: Project, strategy: str) -> Round:
     from annotate.services import rounds
 
     with rounds.sync_mode():
-        if _strategy_in_service():
-            return rounds.round_request_start(project=project, user=None, strategy=strategy)  # type: ignore[call-arg]
-        return rounds.round_request_start(project=project, user=None)
+        return rounds.round_request_start(project=project, user=None, strategy=strategy)
 
 
-def _step(row: Round, strategy: str) -> Round:
-    """One step of the round through the production driver (every status stops it)."""
+def _advance(row: Round, stop: tuple[str, ...], seconds: dict[str, float]) -> Round:
+    """Step the round through the production driver (every status stops it, so each step is timed)."""
     from annotate.services import rounds
 
-    if row.status == Round.Status.SELECTING and row.strategy != "cold-start" and not _strategy_in_service():
-        return _select_by_strategy_shim(row, strategy)
-    return rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
-
-
-def _advance(row: Round, strategy: str, stop: tuple[str, ...], seconds: dict[str, float]) -> Round:
     while row.status not in stop:
         if row.status == Round.Status.FAILED:
             raise SimulationError(f"round {row.number} failed: {row.failure_reason}")
         step = STEP_OF_STATUS[row.status]
         started = time.perf_counter()
-        row = _step(row, strategy)
+        row = rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
         seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - started
-    return row
-
-
-def _select_by_strategy_shim(row: Round, strategy: str) -> Round:
-    """TEMPORARY, until the round service takes a strategy (see the harness's report): the batch
-    chosen by ``scoring.selection.select_strategy``, written as ``rounds.round_select`` writes it.
-    "active" goes through round_select unchanged; "uncertainty-only" ranks the round's production
-    candidate scores; "random" and "kcenter-only" pick from the whole eligible pool, since the
-    candidates carry last round's most uncertain items and would bias them."""
-    from annotate.loopconfig import loop_config
-    from annotate.selectors import loop as loop_sel
-    from annotate.services import rounds, scoring
-    from scoring.selection import select_strategy
-    from training import loop
-
-    Round.objects.filter(id=row.id).update(strategy=strategy)
-    if strategy == "active":
-        return rounds.round_run_sync(round_id=row.id, until=ALL_STATUSES)
-    config = loop_config(row.project)
-    eligible = loop_sel.eligible_ids(project=row.project)
-    ids, u = eligible, None
-    if strategy == "uncertainty-only":
-        ids, u, _ = scoring._scored_candidates(row, config)
-        keep = np.isin(ids, eligible)
-        ids, u = ids[keep], u[keep]
-    labeled = loop_sel.labeled_items(project=row.project)
-    if strategy == "random":  # no embeddings needed (as the cold-start round)
-        emb, labeled_emb = np.ones((len(ids), 1), np.float32), np.zeros((0, 1), np.float32)
-    else:
-        emb, labeled_emb = scoring.embeddings(*scoring._texts(ids)), scoring.embeddings(labeled.texts, labeled.hashes)
-    b = min(config.selection.batch_size, len(ids))
-    sel = select_strategy(
-        strategy,  # type: ignore[arg-type]
-        u,
-        emb,
-        labeled_emb,
-        b=b,
-        m=max(b, int(round(config.selection.oversample * b))),
-        random_share=config.selection.random_share,
-        rng=loop.step_rng(row.seed, "select"),
-    )
-    source = "random" if strategy == "random" else "active"
-    with transaction.atomic():
-        BatchItem.objects.bulk_create(
-            [
-                BatchItem(
-                    round=row,
-                    item_id=int(ids[i]),
-                    source=source,
-                    rank=rank,
-                    uncertainty=None if u is None else float(u[i]),
-                )
-                for rank, i in enumerate(sel.indices)
-            ],
-            ignore_conflicts=True,
-        )
-        rounds.round_transition(row.id, Round.Status.SELECTING, Round.Status.LABELING)
-    row.refresh_from_db()
     return row
 
 
@@ -331,11 +256,11 @@ def label_batch(*, project: Project, annotator: Any) -> int:
 def run_round(*, project: Project, strategy: str, annotator: Any) -> tuple[Round, dict[str, float]]:
     """One whole round: start, score, select, label (simulated), train, evaluate. Seconds per step."""
     seconds: dict[str, float] = {}
-    row = _advance(_start_round(project, strategy), strategy, (Round.Status.LABELING,), seconds)
+    row = _advance(_start_round(project, strategy), (Round.Status.LABELING,), seconds)
     started = time.perf_counter()
     label_batch(project=project, annotator=annotator)
     seconds["labeling"] = time.perf_counter() - started
-    row = _advance(row, strategy, (Round.Status.DONE,), seconds)
+    row = _advance(row, (Round.Status.DONE,), seconds)
     return row, seconds
 
 

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from annotate.forms_setup import RoundStartForm
 from annotate.models import Project
 from annotate.roles import ML, role_required
 from annotate.selectors import rounds as rounds_sel
@@ -28,11 +29,12 @@ def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
     context = _rounds_context(
         project,
+        start_form=RoundStartForm(),
         test_set=rounds_sel.test_set_status(project=project),
         curve_uri=rounds_sel.learning_curve_data_uri(project=project),
         evaluation=rounds_sel.latest_evaluation(project=project),
     )
-    return render(request, "annotate/ml.html", context)
+    return render(request, "ml/rounds.html", context)
 
 
 @role_required(ML)
@@ -40,7 +42,7 @@ def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
     """The polled round table. Once no round is active, the last answer also stops the polling."""
     project = get_object_or_404(Project, pk=project_id)
     context = _rounds_context(project)
-    response = render(request, "annotate/ml.html#rounds", context)
+    response = render(request, "ml/rounds.html#rounds", context)
     if not context["active"]:
         return HttpResponseStopPolling(response.content)
     return response
@@ -48,7 +50,7 @@ def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _after_request(request: HttpRequest, project: Project, done: str, error: str) -> HttpResponse:
     if request.htmx:  # type: ignore[attr-defined]
-        return render(request, "annotate/ml.html#rounds", _rounds_context(project, notice=done, error=error))
+        return render(request, "ml/rounds.html#rounds", _rounds_context(project, notice=done, error=error))
     if error:
         messages.error(request, error)
     else:
@@ -60,8 +62,11 @@ def _after_request(request: HttpRequest, project: Project, done: str, error: str
 @require_POST
 def ml_round_start(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
+    form = RoundStartForm(request.POST)
+    if not form.is_valid():
+        return _after_request(request, project, "", " ".join(map(str, form.errors["strategy"])))
     try:
-        new = round_request_start(project=project, user=request.user)
+        new = round_request_start(project=project, user=request.user, strategy=form.cleaned_data["strategy"])
     except RoundError as exc:
         return _after_request(request, project, "", str(exc))
     return _after_request(request, project, f"Round {new.number} requested.", "")

@@ -1,5 +1,5 @@
 """The simulation harness end to end on CPU, tiny: a 2-layer random llama, 60 pool rows and 20 test
-rows of three labels, 2 strategies × 2 seeds × 2 rounds of batch 5, plus the full-data run. Checks
+rows of three labels, every strategy × 2 seeds × 2 rounds of batch 5, plus the full-data run. Checks
 the records and the plot, not the numbers (a random tiny model learns nothing in 2 steps)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ TOPICS = {
     "food": ["The {} bakery sells fresh bread", "Try the soup at the {} diner"],
 }
 PLACES = ["Oslo", "Lima", "Cork", "Kyiv", "Pune", "Bern", "Oran", "Riga", "Hue", "Nice", "Graz", "Baku", "Ulm", "Vigo"]
+STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
 ROUND_KEYS = {"data", "strategy", "seed", "round", "labels", "batch", "accuracy", "macro_f1", "ece", "seconds"}
 
 
@@ -39,7 +40,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     call_command(
         "simulate",
         "--data", str(tmp_path / "tiny"),
-        "--strategy", "active,random",
+        "--strategy", "all",
         "--seeds", "2",
         "--rounds", "2",
         "--batch", "5",
@@ -56,19 +57,23 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     rounds = [r for r in records if r["strategy"] != "full-data"]
     assert sorted((r["strategy"], r["seed"], r["round"]) for r in rounds) == sorted(
-        (s, seed, n) for s in ("active", "random") for seed in (0, 1) for n in (1, 2)
+        (s, seed, n) for s in STRATEGIES for seed in (0, 1) for n in (1, 2)
     )
     for r in rounds:
         assert set(r) >= ROUND_KEYS, ROUND_KEYS - set(r)
         assert r["labels"] == 5 * r["round"] and r["batch"] == 5 and r["test_n"] == 20
         assert 0.0 <= r["accuracy"] <= 1.0 and {"training", "evaluating", "labeling"} <= set(r["seconds"])
         assert all(i.startswith("train-") for i in r["batch_ids"])  # test items are never selected
-    for strategy in ("active", "random"):
+    for strategy in STRATEGIES:
         for seed in (0, 1):
             first, second = (
                 next(r for r in rounds if (r["strategy"], r["seed"], r["round"]) == (strategy, seed, n)) for n in (1, 2)
             )
             assert not set(first["batch_ids"]) & set(second["batch_ids"])
+            assert first["sources"] == {"cold": 5}  # the round service's cold start, whatever the strategy
+            # Round 2 is the strategy's own pick, by the round service: scored only when it reads scores.
+            assert (second["items_scored"] > 0) == (strategy in ("active", "uncertainty-only")), second
+            assert set(second["sources"]) <= ({"random"} if strategy == "random" else {"active", "random"})
     paired = {r["seed"]: r["batch_ids"] for r in rounds if r["round"] == 1 and r["strategy"] == "active"}
     assert all(r["batch_ids"] == paired[r["seed"]] for r in rounds if r["round"] == 1)  # the same seed set
     (full,) = [r for r in records if r["strategy"] == "full-data"]
@@ -76,5 +81,5 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    assert "| tiny | active | 2 |" in report and "| tiny | random | 2 |" in report
+    assert all(f"| tiny | {strategy} | 2 |" in report for strategy in STRATEGIES), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss

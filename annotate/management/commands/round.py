@@ -1,10 +1,13 @@
-"""manage.py round start|status|run-sync|resume PROJECT — rounds from the command line.
+"""manage.py round start|status|run-sync|resume PROJECT [--strategy S] — rounds from the command line.
 
 start     record the next round and enqueue it (a worker runs it)
 status    the project's rounds with their progress counters and headline metrics
 run-sync  run the current round's steps in this process, no broker (a labeling round is trained
           and evaluated; a new round is started when none is active)
 resume    re-enqueue what the project's active rounds still need (after a worker died)
+
+--strategy picks the new round's selection (start, and run-sync when it starts one): active (the
+default), random, uncertainty-only or kcenter-only. A cold-start round is always random.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from annotate.api import round_json
 from annotate.models import Project, Round
 from annotate.selectors.projects import project_by_ref
 from annotate.services import rounds
+from scoring.selection import STRATEGIES
 
 
 def _project(ref: str) -> Project:
@@ -33,14 +37,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["start", "status", "run-sync", "resume"])
         parser.add_argument("project", help="project id or name")
+        parser.add_argument("--strategy", choices=STRATEGIES, help="selection of a new round (default active)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = _project(options["project"])
-        action = options["action"]
+        action, strategy = options["action"], options["strategy"]
+        if strategy and action not in ("start", "run-sync"):
+            raise CommandError(f"--strategy applies to a new round (start, run-sync), not to {action}")
         try:
             if action == "start":
-                row = rounds.round_request_start(project=project, user=None)
-                self.stdout.write(f"round {row.number} (id {row.id}) queued")
+                row = rounds.round_request_start(project=project, user=None, strategy=strategy or "active")
+                self.stdout.write(f"round {row.number} (id {row.id}, {row.strategy}) queued")
             elif action == "status":
                 for row in Round.objects.filter(project=project).order_by("number"):
                     self.stdout.write(json.dumps(round_json(row), default=str))
@@ -48,15 +55,19 @@ class Command(BaseCommand):
                 for row in Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES):
                     self.stdout.write(f"round {row.number}: {rounds.round_resume(round_id=row.id)}")
             else:
-                self._run_sync(project)
+                self._run_sync(project, strategy)
         except rounds.RoundError as exc:
             raise CommandError(str(exc)) from exc
 
-    def _run_sync(self, project: Project) -> None:
+    def _run_sync(self, project: Project, strategy: str | None) -> None:
         current = Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES).order_by("-number").first()
         if current is None:
             with rounds.sync_mode():
-                current = rounds.round_request_start(project=project, user=None)
+                current = rounds.round_request_start(project=project, user=None, strategy=strategy or "active")
+        elif strategy and strategy != current.strategy:
+            self.stderr.write(
+                f"round {current.number} goes on as {current.strategy}; --strategy applies to a new round"
+            )
         row = rounds.round_run_sync(round_id=current.id)
         self.stdout.write(f"round {row.number}: {row.status} {row.failure_reason}".rstrip())
         self.stdout.write(json.dumps({"metrics": round_json(row)["metrics"], "cost": row.cost}, default=str)[:4000])

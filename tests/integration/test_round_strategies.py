@@ -1,0 +1,86 @@
+"""Each selection strategy through the round service (synchronous driver, real DB, tiny model): a
+cold start whatever was asked for, then a random round that never scores, an uncertainty-only round
+that takes the top of its own scores, and a k-center-only round picked from the whole pool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreShard
+from annotate.selectors import loop as loop_sel
+from annotate.services import rounds, scoring
+from annotate.services.rounds import round_request_start, round_run_sync
+from scoring.selection import select_strategy
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
+from training.loop import step_rng
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
+
+
+@pytest.fixture(autouse=True)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+
+
+def _to_selecting(project: Project, strategy: str) -> Round:
+    with rounds.sync_mode():
+        row = round_request_start(project=project, user=None, strategy=strategy)
+    assert row.strategy == strategy
+    return round_run_sync(round_id=row.id, until=("selecting", "labeling", "failed"))
+
+
+def _finish(row: Round) -> Round:
+    row = round_run_sync(round_id=row.id)
+    assert row.status == "labeling", row.failure_reason
+    label_batch(row.project, annotator())
+    row = round_run_sync(round_id=row.id)
+    assert row.status == "done", row.failure_reason
+    return row
+
+
+def _batch(row: Round) -> list[tuple[int, str, float | None]]:
+    return list(BatchItem.objects.filter(round=row).order_by("rank").values_list("item_id", "source", "uncertainty"))
+
+
+def test_each_strategy_selects_through_the_round_service(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    first = _to_selecting(project, "uncertainty-only")
+    assert first.strategy == "cold-start"  # no adapter yet: nothing to be uncertain about
+    _finish(first)
+
+    random_round = _to_selecting(project, "random")
+    assert random_round.status == "selecting" and random_round.strategy == "random"
+    assert not ScoreShard.objects.filter(round=random_round).exists()  # never scored
+    random_round = _finish(random_round)
+    assert random_round.items_to_score == 0 and not Prediction.objects.filter(round=random_round).exists()
+    assert {(s, u) for _, s, u in _batch(random_round)} == {("random", None)}
+
+    unc = _to_selecting(project, "uncertainty-only")
+    assert unc.items_scored == unc.items_to_score > 0
+    eligible = set(loop_sel.eligible_ids(project=project).tolist())
+    unc = _finish(unc)  # the selection writes the round's predictions, then picks
+    scores = dict(Prediction.objects.filter(round=unc, item_id__in=eligible).values_list("item_id", "uncertainty"))
+    batch = _batch(unc)
+    top = sorted((u for u in scores.values() if u is not None), reverse=True)[: len(batch)]
+    assert [u for _, _, u in batch] == pytest.approx(top)  # the most uncertain eligible items, in order
+    assert {s for _, s, _ in batch} == {"active"}
+
+    kc = _to_selecting(project, "kcenter-only")
+    assert kc.status == "selecting" and not ScoreShard.objects.filter(round=kc).exists()
+    ids = loop_sel.eligible_ids(project=project)
+    labeled = loop_sel.labeled_items(project=project)
+    emb, labeled_emb = scoring.embeddings(*scoring._texts(ids)), scoring.embeddings(labeled.texts, labeled.hashes)
+    expected = select_strategy(
+        "kcenter-only", None, emb, labeled_emb, b=8, m=8, random_share=0.25, rng=step_rng(kc.seed, "select")
+    )
+    kc = _finish(kc)
+    assert [i for i, _, _ in _batch(kc)] == ids[expected.indices].tolist()
+    assert {(s, u) for _, s, u in _batch(kc)} == {("active", None)}
+
+    picked = [i for r in (first, random_round, unc, kc) for i, _, _ in _batch(r)]
+    assert len(picked) == len(set(picked)) == 32  # four batches of 8, never an item twice
+    assert not Item.objects.filter(id__in=picked, is_test=True).exists()
