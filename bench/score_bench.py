@@ -274,12 +274,16 @@ def worker_vllm_shard(cfg: dict[str, Any], shard: int, shards: int) -> None:
     """One of ``shards`` engines on the same GPU, as ``shards`` gpu workers would run: start and warm
     up, say ready, wait for the parent's go (so that the timed windows overlap), then score items
     shard::shards with K adapters and record the absolute start/end of the timed call."""
+    work = Path(cfg["work"])
+    # One start at a time: vLLM profiles free GPU memory at start, and another engine allocating
+    # meanwhile fails that check (as gpu workers on one GPU should be started, too).
+    while shard and not (work / f"ready-{shards}-{shard - 1}").exists():
+        time.sleep(0.2)
     engine = start_vllm(cfg, shards)
     renderer = build_renderer(cfg)
     texts = texts_for(cfg)[shard::shards]
     adapters = adapter_refs(cfg, cfg["adapters"])
     engine.score(renderer, texts[:256], adapters)
-    work = Path(cfg["work"])
     (work / f"ready-{shards}-{shard}").touch()
     go = work / f"go-{shards}"
     while not go.exists():

@@ -34,7 +34,7 @@ def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
         curve_uri=rounds_sel.learning_curve_data_uri(project=project),
         evaluation=rounds_sel.latest_evaluation(project=project),
     )
-    return render(request, "ml/rounds.html", context)
+    return render(request, "annotate/ml.html", context)
 
 
 @role_required(ML)
@@ -42,7 +42,7 @@ def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
     """The polled round table. Once no round is active, the last answer also stops the polling."""
     project = get_object_or_404(Project, pk=project_id)
     context = _rounds_context(project)
-    response = render(request, "ml/rounds.html#rounds", context)
+    response = render(request, "annotate/ml.html#rounds", context)
     if not context["active"]:
         return HttpResponseStopPolling(response.content)
     return response
@@ -50,7 +50,7 @@ def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _after_request(request: HttpRequest, project: Project, done: str, error: str) -> HttpResponse:
     if request.htmx:  # type: ignore[attr-defined]
-        return render(request, "ml/rounds.html#rounds", _rounds_context(project, notice=done, error=error))
+        return render(request, "annotate/ml.html#rounds", _rounds_context(project, notice=done, error=error))
     if error:
         messages.error(request, error)
     else:
