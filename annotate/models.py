@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 
 class Project(models.Model):
@@ -189,12 +190,19 @@ class BatchItem(models.Model):
     source = models.CharField(max_length=8, choices=Source.choices)
     rank = models.PositiveIntegerField(default=0)
     uncertainty = models.FloatField(null=True, blank=True)
+    # The item has its final label (or a lead took it out of the pool): the queue walk skips the row by
+    # index instead of visiting it. Kept by the labelling and review services; only ever a shortcut (the
+    # walk still checks the item), so a row left False by some other path costs time, never an item.
+    done = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["round", "rank"]
         constraints = [models.UniqueConstraint(fields=["round", "item"], name="batchitem_unique")]
-        # The batch queue walks a round in rank order and stops at the first open item.
-        indexes = [models.Index(fields=["round", "rank", "item"], name="batchitem_queue_order")]
+        # The batch queue walks a round's open rows in rank order and stops at the first open item:
+        # without `done`, it visited every finished row before it (3,000 of them added ~15 ms).
+        indexes = [
+            models.Index(fields=["round", "rank", "item"], name="batchitem_queue_open", condition=Q(done=False)),
+        ]
 
 
 class Lease(models.Model):

@@ -71,6 +71,21 @@ def run_level(live: LiveServer, project: dict, users: list[str], think: float, d
     return {"n": len(all_ms), "p50": q[49], "p95": q[94], "p99": q[98], "rps": len(all_ms) / elapsed}
 
 
+def vacuum_if_autovacuum_is_off(database_url: str) -> bool:
+    """Stand in for autovacuum where the server has it off (this development box does; PostgreSQL's
+    default is on): without it every row of the table leaves the next one dead lease and item
+    versions to step over and no planner statistics, and the later rows measured that, not the app.
+    Returns whether it vacuumed."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SHOW autovacuum").fetchone()
+        if row is None or row[0] == "on":
+            return False
+        conn.execute("VACUUM (ANALYZE)")
+        return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -84,6 +99,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=20000, help="pool items outside the batch")
     # 10,000: the six rows label about 4,000 items at today's speed; 3,000 ran dry in the third row.
     parser.add_argument("--batch", type=int, default=10000, help="items of the round being labelled")
+    parser.add_argument("--no-vacuum", action="store_true", help="never VACUUM between rows")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     os.environ["DATABASE_URL"] = args.database_url  # LiveServer makes a dedicated alann_bench_<pid> on it
@@ -94,15 +110,19 @@ def main() -> None:
             "tests.live_server:seed_labeling_project", name="bench", n_items=args.batch, n_pool=args.pool, users=users
         )
         rows = []
+        vacuumed = False
         for think in args.think:
             for level in levels:
+                if live.database_url and not args.no_vacuum:
+                    vacuumed = vacuum_if_autovacuum_is_off(live.database_url) or vacuumed
                 result = run_level(live, project, users[:level], think, args.duration)
                 rows.append((think, level, result))
                 print(f"think={think}s annotators={level}: {result}", file=sys.stderr, flush=True)
     print(
         f"\nsubmit label + next item (one htmx POST), gunicorn gthread {args.workers}x{args.threads}, "
         f"PostgreSQL, {os.cpu_count()} CPUs, {args.duration:.0f} s per row, "
-        f"1-min load average at the end: {os.getloadavg()[0]:.1f}\n"
+        f"1-min load average at the end: {os.getloadavg()[0]:.1f}"
+        f"{'; autovacuum off on the server: VACUUM ANALYZE before each row' if vacuumed else ''}\n"
     )
     print("| think time | annotators | requests | req/s | p50 ms | p95 ms | p99 ms |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

@@ -11,3 +11,8 @@ os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="alann-test-var-"))
 os.environ.setdefault("MODELS_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "models"))
 
 from config.settings import *  # noqa: E402,F403
+
+# In-process tests count progress synchronously (a background thread would race the test's own
+# transaction); tests/integration/test_progress_counts.py turns it on, and the live-server tests run
+# the real settings, where it is on.
+PROGRESS_RECOUNT_IN_BACKGROUND = False

@@ -88,7 +88,7 @@ _NTH_ROUND_SQL = """(SELECT r.id FROM {round} r WHERE r.project_id = %(project)s
 # Rows to walk in order (item_id, sort1, sort2), until the first whose item passes a check.
 _QUEUE_ROWS = {
     "batch": f"SELECT b.item_id, b.rank AS sort1, b.item_id AS sort2 FROM {_TABLES['batchitem']} b "
-    f"WHERE b.round_id = {_NTH_ROUND_SQL}",
+    f"WHERE b.round_id = {_NTH_ROUND_SQL} AND NOT b.done",
     "test": f"SELECT i.id AS item_id, i.id AS sort1, 0 AS sort2 FROM {_TABLES['item']} i "
     "WHERE i.project_id = %(project)s AND i.is_test",
 }
@@ -357,6 +357,13 @@ def _finalise(
     item.final_label_id = final
     item.finalized_at = now if final is not None else None
     Item.objects.filter(pk=item.pk).update(final_label_id=final, finalized_at=item.finalized_at)
+    batch_rows_done(item_id=item.pk, done=final is not None)
+
+
+def batch_rows_done(*, item_id: int, done: bool) -> None:
+    """Mark the item's batch rows finished (final label set, or out of the pool) or open again, so the
+    queue walk skips finished rows by index. Call it wherever an item's final label or state changes."""
+    BatchItem.objects.filter(item_id=item_id).exclude(done=done).update(done=done)
 
 
 def _submit(
@@ -533,6 +540,7 @@ __all__ = [
     "UnknownLabel",
     "label_submit",
     "label_submit_and_next",
+    "batch_rows_done",
     "label_undo",
     "next_item_for",
     "skip_submit",

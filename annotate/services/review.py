@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.models import Adjudication, Item, Label, Skip
+from annotate.services.labeling import batch_rows_done
 
 
 class ReviewError(ValueError):
@@ -28,6 +29,7 @@ def adjudicate(*, item: Item, label: Label | None, lead: Any, note: str = "") ->
     item.finalized_at = timezone.now()
     item.state = Item.State.UNLABELABLE if label is None else Item.State.POOL
     item.save(update_fields=["final_label", "finalized_at", "state"])
+    batch_rows_done(item_id=item.pk, done=True)
     Skip.objects.filter(item=item, resolved=False).update(resolved=True)
     return decision
 
@@ -43,6 +45,7 @@ def item_return_to_pool(*, item: Item, lead: Any) -> Item:
     item.review_reason = ""
     item.finalized_at = None
     item.save(update_fields=["state", "review_reason", "finalized_at"])
+    batch_rows_done(item_id=item.pk, done=False)
     Adjudication.objects.filter(item=item).delete()  # an 'unlabelable' decision no longer holds
     Skip.objects.filter(item=item, resolved=False).update(resolved=True)
     return item

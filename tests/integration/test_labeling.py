@@ -341,15 +341,15 @@ def test_submit_and_next_is_one_idempotent_step(project: Project, alice: User) -
 
 
 def test_hot_request_stays_within_its_query_budget(project: Project, client_alice: Client, alice: User) -> None:
-    """Submitting a label and answering the next item's panel: 13 statements on PostgreSQL (session,
-    user with roles, project, BEGIN, lock, state, insert, release, finalise, find next, lease, COMMIT,
-    own counts); SQLite runs the lease as four statements instead of one."""
+    """Submitting a label and answering the next item's panel: 14 statements on PostgreSQL (session,
+    user with roles, project, BEGIN, lock, state, insert, release, finalise, batch row done, find next,
+    lease, COMMIT, own counts); SQLite runs the lease as four statements instead of one."""
     url = reverse("annotate_label", args=[project.pk])
     item = next_item_for(project=project, annotator=alice)
     assert item is not None
     client_alice.get(reverse("annotate", args=[project.pk]))  # team counts cached, as on a busy project
     positive = label(project, "positive")
-    ceiling = 13 if connection.vendor == "postgresql" else 16
+    ceiling = 14 if connection.vendor == "postgresql" else 17
     with CaptureQueriesContext(connection) as queries:
         response = client_alice.post(url, {"item": item.pk, "label": positive.pk}, headers={"HX-Request": "true"})
     assert response.status_code == 200 and 'name="item"' in response.content.decode()
@@ -371,3 +371,40 @@ def test_a_removed_role_is_refused_on_the_next_request(project: Project, client_
     assert client_alice.get(url).status_code == 200
     alice.groups.clear()
     assert client_alice.get(url).status_code == 403
+
+
+def test_batch_rows_are_marked_done_as_items_finish_and_reopen(project: Project, alice: User, bob: User) -> None:
+    """The queue walk skips rows marked done by index; the flag follows the item's final label through
+    finalisation, a revision that undoes it, adjudication and a return to the pool."""
+    from annotate.services.review import adjudicate, item_return_to_pool
+
+    def done(item: Item) -> bool:
+        return BatchItem.objects.get(item=item).done
+
+    first = take_and_label(project, alice, "positive").item
+    assert done(first)
+    Project.objects.filter(pk=project.pk).update(overlap_share=1.0, overlap_annotators=2)
+    project.refresh_from_db()
+    second = next_item_for(project=project, annotator=alice)
+    assert second is not None and not done(second)
+    Item.objects.filter(pk=second.pk).update(required_labels=2)
+    second.refresh_from_db()
+    label_submit(item=second, annotator=alice, label=label(project, "positive"))
+    assert not done(second)  # one of two labels: still open for a second annotator
+    assert next_item_for(project=project, annotator=bob) == second
+    label_submit(item=second, annotator=bob, label=label(project, "negative"))
+    assert not done(second)  # a disagreement: no final label, for the leads
+    adjudicate(item=second, label=label(project, "neutral"), lead=alice)
+    assert done(second)
+    adjudicate(item=second, label=None, lead=alice)  # unlabelable: out of the pool, still done
+    assert done(second)
+    Item.objects.filter(pk=second.pk).update(final_label=None)  # as an unlabelable decision leaves it
+    item_return_to_pool(item=second, lead=alice)
+    assert not done(second)
+
+
+def test_a_row_marked_done_is_never_offered(project: Project, alice: User) -> None:
+    """The flag is what the walk reads: a stale True would hide an item, so only the services set it."""
+    rows = list(BatchItem.objects.filter(round__project=project).order_by("rank"))
+    BatchItem.objects.filter(pk=rows[0].pk).update(done=True)
+    assert next_item_for(project=project, annotator=alice) == rows[1].item
