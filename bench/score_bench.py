@@ -517,7 +517,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--worker", choices=["prep", "vllm", "vllm-shard", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--shard", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    unknown = {c for c in args.vllm_configs.split(",") if c} - {"base", "1", "k"}
+    if unknown:
+        ap.error(f"--vllm-configs: unknown {', '.join(sorted(unknown))} (base, 1, k)")
+    if not all(x.isdigit() and int(x) > 0 for x in args.engines.split(",")):
+        ap.error(f"--engines: a comma list of positive integers, not {args.engines!r}")
+    return args
 
 
 def worker_main(args: argparse.Namespace) -> int:

@@ -257,8 +257,8 @@ def next_item_for(
         return _claim(project=project, annotator=annotator, queue=queue, now=now)
 
 
-def _check_label(*, item: Item, label: Label) -> None:
-    if label.project_id != item.project_id:
+def _check_label(*, project_id: int, label: Label) -> None:
+    if label.project_id != project_id:
         raise UnknownLabel(f"unknown label {label.name!r}: it is not a label of this project")
 
 
@@ -421,7 +421,7 @@ def label_submit(
     `UnknownLabel` (label of another project) and `NotLeased` (item not handed to this annotator);
     nothing is written when it raises."""
     now = _now(now)
-    _check_label(item=item, label=label)
+    _check_label(project_id=item.project_id, label=label)
     with transaction.atomic():
         locked = _lock_item(item_id=item.pk, project_id=item.project_id)  # serialises the item's submissions
         annotation, _ = _submit(
@@ -452,8 +452,7 @@ def label_submit_and_next(
     Raises `UnknownItem` for an item of another project, and what label_submit raises."""
     if queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
-    if label.project_id != project.pk:
-        raise UnknownLabel(f"unknown label {label.name!r}: it is not a label of this project")
+    _check_label(project_id=project.pk, label=label)
     now = _now(now)
     with transaction.atomic():
         if queue == "test":

@@ -79,6 +79,11 @@ def _next(request: HttpRequest, project: Project, queue: Queue) -> Item | None:
     return next_item_for(project=project, annotator=request.user, queue=queue)
 
 
+def _refused(request: HttpRequest, project: Project, queue: Queue, error: str, status: int = 200) -> HttpResponse:
+    """The panel again with the error, showing the annotator's next item (their held one, if any)."""
+    return _panel(request, project, queue, item=_next(request, project, queue), error=error, status=status)
+
+
 def _back_to_queue(request: HttpRequest, project: Project, queue: Queue, note: str) -> HttpResponse:
     """No JavaScript: Post/Redirect/Get, the note shown as a message on the queue page."""
     messages.success(request, note)
@@ -105,7 +110,7 @@ def annotate_label(request: HttpRequest, project_id: int) -> HttpResponse:
     form = LabelForm(request.POST, labels=project_labels(project=project))
     queue = _queue(request.POST.get("queue"))
     if not form.is_valid():
-        return _panel(request, project, queue, item=_next(request, project, queue), error=_form_error(form), status=400)
+        return _refused(request, project, queue, _form_error(form), status=400)
     data = form.cleaned_data
     try:
         annotation, item = label_submit_and_next(
@@ -119,7 +124,7 @@ def annotate_label(request: HttpRequest, project_id: int) -> HttpResponse:
         )
     except LabelingError as exc:
         status = 409 if isinstance(exc, AlreadyLabelled) else 400
-        return _panel(request, project, queue, item=_next(request, project, queue), error=str(exc), status=status)
+        return _refused(request, project, queue, str(exc), status=status)
     if request.htmx:  # type: ignore[attr-defined]
         return _panel(request, project, queue, item=item, saved=annotation)
     return _back_to_queue(request, project, queue, f"Saved “{annotation.label.name}”. Press u to revise it.")
@@ -132,11 +137,11 @@ def annotate_skip(request: HttpRequest, project_id: int) -> HttpResponse:
     form = SkipForm(request.POST, project=project)
     queue = _queue(request.POST.get("queue"))
     if not form.is_valid():
-        return _panel(request, project, queue, item=_next(request, project, queue), error=_form_error(form), status=400)
+        return _refused(request, project, queue, _form_error(form), status=400)
     try:
         skip_submit(item=form.cleaned_data["item"], annotator=request.user, reason=form.cleaned_data["reason"])
     except LabelingError as exc:
-        return _panel(request, project, queue, item=_next(request, project, queue), error=str(exc), status=409)
+        return _refused(request, project, queue, str(exc), status=409)
     if request.htmx:  # type: ignore[attr-defined]
         return _panel(request, project, queue, item=_next(request, project, queue))
     return _back_to_queue(request, project, queue, "Skipped. A lead will look at it.")
@@ -150,7 +155,7 @@ def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
     queue = _queue(request.GET.get("queue"))
     last = label_undo(annotator=request.user, project=project, queue=queue)
     if last is None:
-        return _panel(request, project, queue, item=_next(request, project, queue), error="nothing to undo yet")
+        return _refused(request, project, queue, "nothing to undo yet")
     return _panel(request, project, queue, item=None, revising=last)
 
 
