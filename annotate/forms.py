@@ -24,7 +24,13 @@ class LabelForm(_QueueForm):
     """The hot form: validated without a query. The labels are the project's cached label set; the
     item's project is checked by the service, in the statement that locks the item."""
 
-    item = forms.IntegerField(min_value=1, error_messages={"invalid": "unknown item: it is not in this project"})
+    item = forms.IntegerField(
+        min_value=1,
+        error_messages={
+            "invalid": "unknown item: it is not in this project",
+            "min_value": "unknown item: it is not in this project",
+        },
+    )
     label = forms.ChoiceField(error_messages={"invalid_choice": "unknown label: choose one of this project's labels"})
     revise = forms.BooleanField(required=False)  # set on the undo screen: update my existing label
     # Seconds the item was on screen, measured by annotate.js; without JS the lease's age is used.

@@ -408,3 +408,17 @@ def test_a_row_marked_done_is_never_offered(project: Project, alice: User) -> No
     rows = list(BatchItem.objects.filter(round__project=project).order_by("rank"))
     BatchItem.objects.filter(pk=rows[0].pk).update(done=True)
     assert next_item_for(project=project, annotator=alice) == rows[1].item
+
+
+@pytest.mark.parametrize("bad_item", ["not-a-number", "-3", "foreign"])
+def test_page_rejects_an_item_of_another_project_or_a_garbled_id(
+    project: Project, client_alice: Client, alice: User, bad_item: str
+) -> None:
+    assert next_item_for(project=project, annotator=alice) is not None
+    if bad_item == "foreign":
+        other = project_create(name="other", labels=[LabelInput("spam", "S")])
+        bad_item = str(Item.objects.create(project=other, external_id="x", text="x", text_hash="hx").pk)
+    data = {"item": bad_item, "label": label(project, "positive").pk, "queue": "batch"}
+    response = client_alice.post(reverse("annotate_label", args=[project.pk]), data)
+    assert response.status_code == 400 and "unknown item" in response.content.decode()
+    assert not Annotation.objects.exists()
