@@ -11,15 +11,18 @@ Choices, and why:
   mass (total probability on the code tokens), which the label-mass filter and the ``mass`` output
   of the engines rely on. ``TrainConfig.loss="label_softmax"`` restricts the softmax to the C code
   tokens instead: the pure classification objective, but it leaves the mass wherever it was.
-- No prefix KV cache during training. The prefix passes through the LoRA-adapted layers too, so a
-  cached prefix would be stale (or gradient-free) after every optimiser step; the whole prompt is
-  run with gradients each step. Simple and exact; the cost is quoted in the module's report.
+- The shared prefix runs once per micro-batch (``TrainConfig.prefix_sharing``). It passes through
+  the LoRA-adapted layers too, so it cannot be cached across steps; but within a step every row
+  has the same prefix, so its keys/values are computed once, with gradients, and expanded over the
+  rows. Exact (the same logits and gradients as full prompts), and a step then costs the item
+  tokens only: ~10× fewer tokens with an 800-token prefix and 50-token items.
 - Left padding + ``logits_to_keep=1``: every row's last real token sits in the last column, so only
   one [B, V] logits slice is materialised instead of [B, T, V]. Position ids are computed from the
   attention mask so a padded row sees the same positions as it would alone (and as in scoring).
-- Memory: activations, not weights, dominate CPU training (SmolLM2, 8 × 300-token prompts: ~12 GB
-  stored). Gradient checkpointing plus token-budget micro-batches (gradients summed into the same
-  batch update) keep it near 3.4 GB peak RSS; both are TrainConfig switches for GPUs.
+- Memory: activations, not weights, dominate training (SmolLM2, 8 × 300-token full prompts: ~12 GB
+  stored). With the prefix shared only the item tokens' activations are stored; token-budget
+  micro-batches (gradients summed into the same batch update) bound them. The full-prompt path
+  uses gradient checkpointing instead. On a GPU the frozen base weights are bf16 (``precision``).
 - Determinism and resumability: the data order of epoch e is a permutation drawn from (seed, e), and
   the torch RNG (LoRA dropout) is reseeded from (seed, step) before every step. Together with the
   adapter weights and the AdamW state saved in a checkpoint, a run killed at any step and started
@@ -39,13 +42,14 @@ Layout of one run, for ``out_dir = <root>/adapter-0``:
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,12 +118,26 @@ class TrainConfig:
     gradient_checkpointing: bool = True
     # "full_vocab" (default) or "label_softmax": see the module docstring.
     loss: Literal["full_vocab", "label_softmax"] = "full_vocab"
+    # Run the shared prompt prefix (instructions, labels, few-shot: ~90 % of a prompt's tokens) once
+    # per micro-batch and expand its keys/values over the rows, gradients flowing through it: the
+    # same function of the weights as full prompts (exact up to LoRA dropout, whose prefix mask is
+    # then shared by the rows), at the cost of the item tokens only. False runs every full prompt
+    # (the reference the parity test compares against). Gradient checkpointing is not used on this
+    # path (it cannot keep a cache), and needs no help: the item tokens' activations are small.
+    prefix_sharing: bool = True
+    # "auto": float32 on the CPU (bf16 matmuls are slow there; tests want exact resumes); on a GPU
+    # the frozen base weights in bfloat16 (as the engines score) with float32 LoRA weights and
+    # optimiser state, matmuls under bf16 autocast — half the memory, tensor-core speed.
+    # "float32" forces full precision everywhere.
+    precision: Literal["auto", "float32"] = "auto"
 
     def __post_init__(self) -> None:
         if self.rank < 1 or self.epochs < 1 or self.batch_size < 1 or self.max_steps < 0 or self.lr <= 0:
             raise ValueError(f"invalid training config: {self}")
         if self.loss not in ("full_vocab", "label_softmax"):
             raise ValueError(f"loss must be 'full_vocab' or 'label_softmax', not {self.loss!r}")
+        if self.precision not in ("auto", "float32"):
+            raise ValueError(f"precision must be 'auto' or 'float32', not {self.precision!r}")
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,11 @@ class _Example:
     input_ids: list[int]
     target_id: int
     target_index: int
+    prefix_len: int = 0  # input_ids[:prefix_len] is the renderer's shared prefix
+
+    @property
+    def suffix(self) -> list[int]:
+        return self.input_ids[self.prefix_len :]
 
 
 # -- public API ---------------------------------------------------------------------------------
@@ -175,45 +198,6 @@ def train_adapter(
         return finished
     run = _Run(Path(model_dir), renderer, examples, out, config, warm_from, fingerprint, _device(device))
     return run.train(progress)
-
-
-def train_ensemble(
-    *,
-    model_dir: str | Path,
-    renderer: PromptRenderer,
-    texts: Sequence[str],
-    label_indices: Sequence[int],
-    out_root: str | Path,
-    k: int,
-    config: TrainConfig,
-    warm_from: Sequence[str | Path] | None = None,
-    progress: Progress | None = None,
-    device: str | None = None,
-) -> list[TrainedAdapter]:
-    """K adapters at ``out_root/adapter-{i}``, seeds ``config.seed + i``. ``warm_from[i]`` (the
-    previous round's member i) or None for all from scratch. Progress counts steps over all K."""
-    if warm_from is not None and len(warm_from) != k:
-        raise ValueError(f"warm_from has {len(warm_from)} adapters for an ensemble of {k}")
-    per_member = total_steps(len(texts), config)
-    adapters = []
-    for i in range(k):
-        member_progress = None
-        if progress is not None:
-            member_progress = _offset_progress(progress, i * per_member, k * per_member)
-        adapters.append(
-            train_adapter(
-                model_dir=model_dir,
-                renderer=renderer,
-                texts=texts,
-                label_indices=label_indices,
-                out_dir=Path(out_root) / f"adapter-{i}",
-                config=replace(config, seed=config.seed + i),
-                warm_from=None if warm_from is None else warm_from[i],
-                progress=member_progress,
-                device=device,
-            )
-        )
-    return adapters
 
 
 def label_probabilities(
@@ -290,6 +274,8 @@ class _Run:
         self.ckpt_root = out.parent / f".{out.name}.ckpt"
         self.total = total_steps(len(examples), config)
         self.batches_per_epoch = math.ceil(len(examples) / config.batch_size)
+        self.bf16 = config.precision == "auto" and device.startswith("cuda")
+        self.prefix_ids = examples[0].input_ids[: examples[0].prefix_len]
 
     def train(self, progress: Progress | None) -> TrainedAdapter:
         import torch
@@ -320,8 +306,8 @@ class _Run:
         import torch
         from peft import LoraConfig, PeftModel, get_peft_model
 
-        base = _load_base(self.model_dir, self.device)
-        if self.config.gradient_checkpointing:
+        base = _load_base(self.model_dir, self.device, bf16=self.bf16)
+        if self.config.gradient_checkpointing and not self.config.prefix_sharing:
             # non-reentrant: no need for inputs that require grad; RNG state is replayed for dropout
             # (transformers >= 5.2x renamed gradient_checkpointing_enable; the GPU image has 5.17)
             enable = getattr(base, "activation_checkpointing_enable", None)
@@ -331,7 +317,9 @@ class _Run:
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         resume_from = checkpoint / "adapter" if checkpoint is not None else self.warm_from
         if resume_from is not None:
-            return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True)
+            # autocast_adapter_dtype: LoRA weights in float32 over a bf16 base (updates of ~lr × grad
+            # vanish in bf16 weights)
+            return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True, autocast_adapter_dtype=True)
         torch.manual_seed(self.config.seed)  # LoRA A init (B starts at zero)
         lora = LoraConfig(
             task_type="CAUSAL_LM",
@@ -343,7 +331,7 @@ class _Run:
             else list(self.config.target_modules),
             bias="none",
         )
-        return get_peft_model(base, lora)
+        return get_peft_model(base, lora, autocast_adapter_dtype=True)
 
     def _batch(self, step: int) -> list[_Example]:
         epoch, index = divmod(step, self.batches_per_epoch)
@@ -363,12 +351,19 @@ class _Run:
         torch.manual_seed(self.config.seed * 1_000_003 + step)  # dropout masks depend on (seed, step) only
         batch = self._batch(step)
         optimizer.zero_grad(set_to_none=True)
-        batch_loss = 0.0
-        for chunk in _micro_batches(batch, self.config.micro_batch_tokens):
-            logits = _last_logits(model, [ex.input_ids for ex in chunk], self.device)
+        shared = self.config.prefix_sharing and len(self.prefix_ids) > 0
+        prefix = len(self.prefix_ids) if shared else 0
+        losses = []
+        for chunk in _micro_batches(batch, self.config.micro_batch_tokens, prefix=prefix):
+            with _autocast(self.device, self.bf16):
+                if shared:
+                    logits = _last_logits_shared(model, self.prefix_ids, [ex.suffix for ex in chunk], self.device)
+                else:
+                    logits = _last_logits(model, [ex.input_ids for ex in chunk], self.device)
             loss = self._loss(logits, chunk) * (len(chunk) / len(batch))  # chunks sum to the batch mean
             loss.backward()
-            batch_loss += float(loss.detach())
+            losses.append(loss.detach())
+        batch_loss = float(torch.stack(losses).sum())  # one host sync per step, not one per chunk
         for group in optimizer.param_groups:
             group["lr"] = self._lr(step)
         torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
@@ -459,7 +454,7 @@ def _render(renderer: PromptRenderer, texts: Sequence[str], label_indices: Seque
         if not 0 <= int(label) < n_labels:
             raise ValueError(f"label index {label} outside 0..{n_labels - 1}")
         input_ids, target_id = renderer.render_training(text, int(label))
-        examples.append(_Example(list(input_ids), int(target_id), int(label)))
+        examples.append(_Example(list(input_ids), int(target_id), int(label), len(renderer.prefix_ids)))
     return examples
 
 
@@ -498,21 +493,18 @@ def _from_info(out: Path, info: dict[str, Any], *, reused: bool) -> TrainedAdapt
     )
 
 
-def _micro_batches(batch: list[_Example], max_tokens: int) -> list[list[_Example]]:
-    """Consecutive chunks whose rows × longest prompt stay within ``max_tokens`` (at least one row)."""
+def _micro_batches(batch: list[_Example], max_tokens: int, *, prefix: int = 0) -> list[list[_Example]]:
+    """Consecutive chunks whose rows × longest prompt stay within ``max_tokens`` (at least one row).
+    ``prefix`` > 0: the rows share that many prefix tokens, run once, so a row costs its suffix."""
     chunks: list[list[_Example]] = []
     current: list[_Example] = []
     for ex in batch:
-        width = max([len(ex.input_ids)] + [len(c.input_ids) for c in current])
+        width = max([len(ex.input_ids)] + [len(c.input_ids) for c in current]) - prefix
         if current and (len(current) + 1) * width > max_tokens:
             chunks.append(current)
             current = []
         current.append(ex)
     return [*chunks, current] if current else chunks
-
-
-def _offset_progress(progress: Progress, offset: int, total: int) -> Progress:
-    return lambda done, _member_total: progress(offset + done, total)
 
 
 def _device(device: str | None) -> str:
@@ -523,13 +515,74 @@ def _device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _load_base(model_dir: Path, device: str) -> Any:
+def _load_base(model_dir: Path, device: str, *, bf16: bool = False) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    # float32: LoRA updates of ~lr × grad vanish in bf16 weights, and CPU bf16 matmuls are slow.
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    # float32 by default: CPU bf16 matmuls are slow. bf16 (GPU) holds only the frozen base weights
+    # in bf16; the LoRA weights stay float32 (autocast_adapter_dtype), so small updates survive.
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     return model.to(device)
+
+
+def _autocast(device: str, bf16: bool) -> Any:
+    import contextlib
+
+    import torch
+
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+
+
+def _last_logits_shared(model: Any, prefix_ids: list[int], suffixes: Sequence[list[int]], device: str) -> torch.Tensor:
+    """Logits [B, V] at each row's last token of ``prefix_ids + suffixes[row]``, the prefix run once.
+
+    The prefix's keys/values (computed with gradients, through the LoRA-adapted layers) are
+    expanded over the B rows; ``expand`` is a view whose backward sums the rows' gradients, so the
+    result and its gradient equal those of B full prompts. Suffixes are right-padded; positions
+    continue from the prefix, exactly as the hf engine scores them."""
+    import torch
+    from transformers import DynamicCache
+
+    decoder = _decoder(model)
+    prefix = torch.tensor([prefix_ids], device=device)
+    out = decoder(input_ids=prefix, use_cache=True)
+    cache = getattr(out, "cache", None)  # transformers >= 5.2x; `past_key_values` before
+    cache = cache if cache is not None else out.past_key_values
+    n_rows, width, past = len(suffixes), max(len(s) for s in suffixes), len(prefix_ids)
+    ids = torch.zeros((n_rows, width), dtype=torch.long)
+    mask = torch.zeros((n_rows, past + width), dtype=torch.long)
+    mask[:, :past] = 1
+    for row, suffix in enumerate(suffixes):
+        ids[row, : len(suffix)] = torch.tensor(suffix)
+        mask[row, past : past + len(suffix)] = 1
+    expanded = DynamicCache()
+    for layer_idx, layer in enumerate(cache.layers):
+        expanded.update(layer.keys.expand(n_rows, -1, -1, -1), layer.values.expand(n_rows, -1, -1, -1), layer_idx)
+    kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    hidden = decoder(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=(past + torch.arange(width)).expand(n_rows, width).to(device),
+        use_cache=True,
+        **{kw: expanded},
+    ).last_hidden_state
+    lengths = torch.tensor([len(s) for s in suffixes], device=device)
+    last = hidden[torch.arange(n_rows, device=device), lengths - 1]
+    return _output_layer(model)(last)
+
+
+def _decoder(model: Any) -> Any:
+    """The transformer body of a (PEFT-wrapped) causal LM; PEFT injects LoRA into it in place."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
+
+
+def _output_layer(model: Any) -> Any:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_output_embeddings()
 
 
 def _last_logits(model: Any, prompts: Sequence[list[int]], device: str) -> torch.Tensor:

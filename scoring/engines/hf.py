@@ -32,10 +32,11 @@ class HFEngine:
         *,
         device: str | None = None,
         dtype: str = "auto",
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_batch_tokens: int | None = None,
         prefix_cache: bool = True,
         max_cached_prefixes: int = 16,
+        max_loaded_adapters: int = 8,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -47,13 +48,18 @@ class HFEngine:
         loaded: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype)
         self.base: Any = loaded.to(self.device).eval()
         self.model: Any = self.base  # becomes a PeftModel (wrapping self.base in place) once an adapter loads
-        self.batch_size = batch_size  # rows per forward; bounded again by max_batch_tokens
+        # Rows per forward, bounded again by max_batch_tokens: 256 on a GPU (a 135M model's forward
+        # over 64 short suffixes is launch-bound), 64 on the CPU.
+        self.batch_size = batch_size or (256 if on_gpu else 64)
         # Rows × (prefix + padded suffix) per forward: the expanded prefix KV dominates activation memory.
         self.max_batch_tokens = max_batch_tokens or (262_144 if on_gpu else 16_384)
         self.prefix_cache = prefix_cache
         self.max_cached_prefixes = max_cached_prefixes
         self._kv: OrderedDict[tuple[str, str], KV] = OrderedDict()
-        self._loaded: set[tuple[str, int]] = set()
+        # Adapters kept loaded (least recently used dropped): a long simulation loads K new ones every
+        # round, and PEFT keeps every adapter it was given (~20 MB each for SmolLM2 at rank 8).
+        self.max_loaded_adapters = max_loaded_adapters
+        self._loaded: OrderedDict[tuple[str, int], None] = OrderedDict()
         decoder = self.base.get_decoder()
         self._cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.last_timings: dict[str, float] = {}
@@ -67,7 +73,9 @@ class HFEngine:
     def _load(self, adapter: AdapterRef) -> None:
         from peft import PeftModel
 
-        if (adapter.name, adapter.int_id) in self._loaded:
+        key = (adapter.name, adapter.int_id)
+        if key in self._loaded:
+            self._loaded.move_to_end(key)
             return
         name = self._peft_name(adapter)
         if isinstance(self.model, PeftModel):
@@ -75,7 +83,16 @@ class HFEngine:
         else:
             self.model = PeftModel.from_pretrained(self.base, adapter.path, adapter_name=name, is_trainable=False)
         self.model.eval()
-        self._loaded.add((adapter.name, adapter.int_id))
+        self._loaded[key] = None
+        while len(self._loaded) > self.max_loaded_adapters:
+            self._unload(*self._loaded.popitem(last=False)[0], keep=name)
+
+    def _unload(self, adapter_name: str, int_id: int, *, keep: str) -> None:
+        """Drop one adapter and its cached prefixes (``keep``, the one just loaded, becomes active)."""
+        self.model.set_adapter(keep)
+        self.model.delete_adapter(self._peft_name(AdapterRef(name=adapter_name, int_id=int_id, path="")))
+        for cache_key in [k for k in self._kv if k[0] == f"{adapter_name}#{int_id}"]:
+            del self._kv[cache_key]
 
     @contextlib.contextmanager
     def _active(self, adapter: AdapterRef | None) -> Iterator[None]:

@@ -96,6 +96,20 @@ def test_k_adapters_give_different_distributions(
     np.testing.assert_allclose(engine.score(renderer, TEXTS, adapters[1:]).p[0], result.p[1], atol=1e-5)
 
 
+def test_least_recently_used_adapters_are_unloaded(
+    tiny_llama_dir: Path, renderer: PromptRenderer, adapters: list[AdapterRef], tmp_path: Path
+) -> None:
+    """A long run loads K new adapters a round: only max_loaded_adapters stay in the model, and an
+    evicted adapter scored again is reloaded to the same numbers."""
+    third = AdapterRef("tiny-2", 3, str(make_adapter(tiny_llama_dir, tmp_path / "a2", seed=2)))
+    small = HFEngine(str(tiny_llama_dir), device="cpu", max_loaded_adapters=2)
+    first = small.score(renderer, TEXTS, adapters[:1]).p
+    small.score(renderer, TEXTS, [adapters[1], third])
+    assert set(small.model.peft_config) == {"a2", "a3"}  # a1 (adapters[0]) was dropped
+    np.testing.assert_allclose(small.score(renderer, TEXTS, adapters[:1]).p, first, atol=1e-6)
+    assert set(small.model.peft_config) == {"a3", "a1"}
+
+
 def test_base_only_is_k1_and_unchanged_by_loaded_adapters(
     tiny_llama_dir: Path, renderer: PromptRenderer, adapters: list[AdapterRef]
 ) -> None:

@@ -200,3 +200,46 @@ def test_smollm2_adapter_loads_in_peft(smollm2_dir: Path, tmp_path: Path) -> Non
     assert adapter.steps == 2 and np.isfinite(adapter.final_loss)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(smollm2_dir), adapter.path)
     assert any("lora_A" in name for name, _ in model.named_parameters())
+
+
+def test_shared_prefix_step_equals_full_prompts(model_dir: Path, renderer: PromptRenderer, tmp_path: Path) -> None:
+    """The prefix run once and expanded over the rows gives the full prompts' logits and gradients
+    (no dropout, so the two paths compute the same function); items of different lengths."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.lora import _last_logits, _last_logits_shared
+
+    texts = ["great", "an awful, long and winding review of it", "fine I guess"]
+    prompts = [renderer.render_training(t, 0)[0] for t in texts]
+    prefix = list(renderer.prefix_ids)
+    assert all(p[: len(prefix)] == prefix for p in prompts)
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear"))
+    for name, param in model.named_parameters():  # B starts at zero: give the adapter a real effect
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.05)
+    model.train()
+    grads = []
+    outputs = []
+    for shared in (False, True):
+        model.zero_grad()
+        if shared:
+            logits = _last_logits_shared(model, prefix, [p[len(prefix) :] for p in prompts], "cpu")
+        else:
+            logits = _last_logits(model, prompts, "cpu")
+        torch.nn.functional.cross_entropy(logits, torch.tensor([5, 7, 9])).backward()
+        outputs.append(logits.detach().clone())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-3, msg=name)
+
+
+def test_full_prompt_path_still_trains(model_dir: Path, renderer: PromptRenderer, tmp_path: Path) -> None:
+    """prefix_sharing=False (the reference path) learns the same task."""
+    adapter = train(model_dir, renderer, tmp_path / "full", replace(LEARN, prefix_sharing=False))
+    assert np.mean(adapter.losses[-3:]) < adapter.losses[0] - 3
