@@ -297,10 +297,11 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 STRATEGY_NAMES = {
-    "active": "active: uncertain and diverse (production)",
+    "active": "active: uncertain items by the adapters and an embedding proxy, spread out (production)",
     "random": "random (baseline, no scoring)",
     "uncertainty-only": "uncertainty only (top scores)",
     "kcenter-only": "diversity only (k-center, no scoring)",
+    "margin-kcenter": "margin top-M then k-center (the wave-1 default)",
 }
 
 

@@ -181,7 +181,7 @@ class BatchItem(models.Model):
     """An item selected into a round's batch. One row per (round, item): re-running selection is a no-op."""
 
     class Source(models.TextChoices):
-        ACTIVE = "active"  # top-M uncertainty then k-center
+        ACTIVE = "active"  # picked by the round's strategy (not the random slice)
         RANDOM = "random"  # the uniform random slice (the random arm trains on these)
         COLD = "cold"  # cold-start (random / diversity-only) rounds
 

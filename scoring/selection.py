@@ -1,4 +1,5 @@
-"""Batch selection: a random slice, top-M by uncertainty, then greedy k-center for diversity.
+"""Batch selection: a random slice, then the committee's soft-rank draws (the default) or top-M by
+uncertainty with greedy k-center for diversity (the wave-1 default, kept as an ablation).
 
 All functions take the *eligible* rows only: the caller (the round service) has already removed
 labeled, skipped, in-review, test-set and in-flight items, and maps the returned positions back to
@@ -21,12 +22,20 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only")
-Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only"]
+# "active" (the default): a random slice, then soft-rank sampling over the committee's margin (the
+# K adapters + the embedding proxy), near-duplicates skipped. The others are the ablations and the
+# baseline: "margin-kcenter" (the wave-1 default: top-M by margin, then farthest-first k-center),
+# "uncertainty-only" (top-B by the ensemble's uncertainty), "kcenter-only" and "random".
+STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter")
+Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter"]
 # What each strategy reads besides the eligible rows; the round service computes nothing else (a
 # round of a strategy outside NEEDS_SCORES is not scored at all, and picks from the whole pool).
-NEEDS_SCORES = frozenset({"active", "uncertainty-only"})
-NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only"})
+NEEDS_SCORES = frozenset({"active", "uncertainty-only", "margin-kcenter"})
+NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only", "margin-kcenter"})
+NEEDS_LABELS = frozenset({"active"})  # the proxy member trains on the labels so far
+# Cosine similarity above which two texts count as near-duplicates (paraphrase-level for MiniLM):
+# labelling the second teaches the model almost nothing the first did not.
+NEAR_DUPLICATE = 0.95
 RngLike = np.random.Generator | int
 
 # Tile side for the candidate × seed similarity pass: a 4096×4096 float32 tile is 64 MiB, big
@@ -186,6 +195,78 @@ def select_cold_start(
     raise SelectionInputError(f"unknown cold-start mode {mode!r}")
 
 
+def soft_rank_sample(score: np.ndarray, k: int, rng: RngLike, *, beta: float = 1.0) -> np.ndarray:
+    """``k`` distinct positions drawn without replacement with probability ∝ rank^-β (rank 1 = the
+    highest score): Gumbel-top-k on -β·log(rank). Stochastic acquisition (Kirsch et al., 2023):
+    a top-k batch piles onto one region of the most uncertain items (and onto label noise); drawing
+    by rank keeps the preference for uncertain items, is blind to the score's scale (margins of a
+    sharp and of a flat model rank the same way) and spreads the batch. Returned in draw order."""
+    u = _as_vector(score, "score")
+    if not 0 <= k <= len(u):
+        raise SelectionInputError(f"k must be within [0, {len(u)}], got {k}")
+    if beta < 0:
+        raise SelectionInputError(f"beta must be >= 0, got {beta}")
+    gen = np.random.default_rng(rng)
+    ranks = np.empty(len(u), dtype=np.float64)
+    ranks[_rank_desc(u, gen)] = np.arange(1, len(u) + 1)
+    keys = -beta * np.log(ranks) + gen.gumbel(size=len(u))
+    return np.argsort(-keys, kind="stable")[:k].astype(np.int64)
+
+
+def committee_distribution(mean_p: np.ndarray, proxy_p: np.ndarray, n_members: int) -> np.ndarray:
+    """The committee's label distribution: the K adapters' mean and the proxy as one more member,
+    (K·p̄ + p_proxy) / (K + 1). [N, C]"""
+    llm = np.asarray(mean_p, dtype=np.float64)
+    proxy = np.asarray(proxy_p, dtype=np.float64)
+    if llm.shape != proxy.shape or llm.ndim != 2:
+        raise SelectionInputError(f"mean_p {llm.shape} and proxy_p {proxy.shape} must both be [N, C]")
+    if n_members < 1:
+        raise SelectionInputError(f"n_members must be >= 1, got {n_members}")
+    return (n_members * llm + proxy) / (n_members + 1)
+
+
+def select_committee(
+    committee_p: np.ndarray,
+    emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    *,
+    b: int,
+    random_share: float,
+    rng: RngLike,
+) -> Selection:
+    """The default batch. 1. the random slice (as select_batch); 2. the rest drawn by soft rank of
+    the committee's uncertainty (1 - margin of ``committee_p``), skipping any draw within
+    NEAR_DUPLICATE cosine of a labeled item or of an item already in the batch; if that leaves the
+    batch short (a pool of near-duplicates), the skipped draws fill it in draw order."""
+    p = np.asarray(committee_p, dtype=np.float64)
+    x = _unit_np(_as_matrix(emb, "emb"))
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
+    if p.ndim != 2 or len(p) != len(x) or not np.isfinite(p).all():
+        raise SelectionInputError(f"committee_p must be a finite [N, C] matching emb's {len(x)} rows, got {p.shape}")
+    _check_b(b, len(x))
+    if not 0.0 <= random_share <= 1.0:
+        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    gen = np.random.default_rng(rng)
+    r = int(np.floor(random_share * b + 0.5))
+    random_idx = gen.choice(len(x), size=r, replace=False).astype(np.int64)
+    rest = np.setdiff1d(np.arange(len(x), dtype=np.int64), random_idx, assume_unique=True)
+    top2 = np.sort(p[rest], axis=1)[:, -2:]
+    order = rest[soft_rank_sample(1.0 - (top2[:, 1] - top2[:, 0]), len(rest), gen)]
+    taken = np.concatenate([_unit_np(seeds), x[random_idx]]) if len(seeds) or r else np.zeros((0, x.shape[1]))
+    chosen: list[int] = []
+    skipped: list[int] = []
+    for i in order:
+        if len(chosen) == b - r:
+            break
+        if len(taken) and float((taken @ x[i]).max()) > NEAR_DUPLICATE:
+            skipped.append(int(i))
+            continue
+        chosen.append(int(i))
+        taken = np.vstack([taken, x[i : i + 1]])
+    chosen += skipped[: b - r - len(chosen)]
+    return _selection(random_idx, np.asarray(chosen, dtype=np.int64))
+
+
 def select_strategy(
     name: Strategy,
     uncertainty: np.ndarray | None,
@@ -197,8 +278,10 @@ def select_strategy(
     random_share: float,
     rng: RngLike,
     device: str | None = None,
+    committee_p: np.ndarray | None = None,
 ) -> Selection:
-    """One entry point per simulation arm: "active" (random slice + top-M + k-center), "random",
+    """One entry point per strategy: "active" (random slice + soft-rank committee draws, needs
+    ``committee_p``), "margin-kcenter" (random slice + top-M + k-center), "random",
     "uncertainty-only" (top-b, seeded tie-break) and "kcenter-only" (k-center over the whole pool).
     ``uncertainty`` may be None for the arms that ignore it."""
     x = _as_matrix(emb, "emb")
@@ -206,9 +289,13 @@ def select_strategy(
         return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="random")
     if name == "kcenter-only":
         return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="diversity", device=device)
+    if name == "active":
+        if committee_p is None:
+            raise SelectionInputError("strategy 'active' needs the committee's distributions")
+        return select_committee(committee_p, x, labeled_emb, b=b, random_share=random_share, rng=rng)
     if uncertainty is None:
         raise SelectionInputError(f"strategy {name!r} needs uncertainty scores")
-    if name == "active":
+    if name == "margin-kcenter":
         return select_batch(uncertainty, x, labeled_emb, b=b, m=m, random_share=random_share, rng=rng, device=device)
     if name == "uncertainty-only":
         u = _as_vector(uncertainty, "uncertainty")
@@ -261,6 +348,13 @@ def _as_matrix(values: Any, name: str, dim: int | None = None) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise SelectionInputError(f"{name} contains NaN or inf")
     return arr
+
+
+def _unit_np(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if len(x) and bool((norms < 1e-12).any()):
+        raise SelectionInputError("embeddings have an all-zero row (no direction to compare)")
+    return x / np.where(norms < 1e-12, 1.0, norms)
 
 
 def _device(device: str | None) -> torch.device:

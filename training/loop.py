@@ -291,6 +291,7 @@ def select(
     uncertainty: np.ndarray | None = None,
     emb: np.ndarray | None = None,
     labeled_emb: np.ndarray | None = None,
+    committee_p: np.ndarray | None = None,
 ) -> Selection:
     """The batch: cold start (random, or k-center over embeddings) or the round's ``strategy``
     (scoring.selection.select_strategy). Strategies outside NEEDS_EMBEDDINGS (a random cold start
@@ -314,6 +315,7 @@ def select(
         m=m,
         random_share=config.random_share,
         rng=rng,
+        committee_p=committee_p,
     )
 
 

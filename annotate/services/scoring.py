@@ -329,20 +329,23 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     predictions upserted, low mass → review, then the selection over the eligible scored rows. The
     others (random, kcenter-only): the whole eligible pool, so last round's most uncertain items
     carried into the candidates cannot bias them."""
-    from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_SCORES
+    from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_LABELS, NEEDS_SCORES, committee_distribution
 
     config = loop_config(round.project)
     cold = round.strategy == "cold-start"
-    ids, u = loop_sel.eligible_ids(project=round.project), None
+    ids, u, mean_p = loop_sel.eligible_ids(project=round.project), None, None
     if not cold and round.strategy in NEEDS_SCORES:
-        ids, u = _eligible_scored(round, config, ids)
+        ids, u, mean_p = _eligible_scored(round, config, ids)
     if len(ids) == 0:
         return []
-    emb = labeled_emb = None
+    emb = labeled_emb = committee_p = None
     needs_embeddings = config.selection.cold_mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
     if needs_embeddings:
         labeled = loop_sel.labeled_items(project=round.project)
         emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
+        if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
+            proxy_p = _proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
+            committee_p = committee_distribution(mean_p, proxy_p, config.k)
     sel = loop.select(
         cold=cold,
         strategy=round.strategy,
@@ -352,6 +355,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         uncertainty=u,
         emb=emb,
         labeled_emb=labeled_emb,
+        committee_p=committee_p,
     )
     return [
         (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
@@ -359,19 +363,32 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     ]
 
 
-def _eligible_scored(row: Round, config: loop.LoopConfig, eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The round's scored rows still eligible, with their uncertainty; the review count in metrics."""
-    ids, u, review_count = _scored_candidates(row, config)
+def _proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
+    """The embedding proxy (logistic regression on the labels so far) over the eligible rows."""
+    from scoring.proxy import fit_proxy
+
+    if not labels:
+        return np.full((len(emb), n_classes), 1.0 / n_classes)
+    return fit_proxy(labeled_emb, np.asarray(labels), n_classes).predict_proba(emb)
+
+
+def _eligible_scored(
+    row: Round, config: loop.LoopConfig, eligible: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The round's scored rows still eligible: ids, uncertainty, the ensemble's mean distribution;
+    the review count in metrics."""
+    ids, u, mean_p, review_count = _scored_candidates(row, config)
     keep = np.isin(ids, eligible)
-    ids, u = ids[keep], u[keep]
+    ids, u, mean_p = ids[keep], u[keep], mean_p[keep]
     metrics = dict(row.metrics or {})
     metrics.update({"review_bucket": review_count, "eligible_scored": len(ids)})
     Round.objects.filter(id=row.id).update(metrics=metrics)
-    return ids, u
+    return ids, u, mean_p
 
 
-def _scored_candidates(row: Round, config: loop.LoopConfig) -> tuple[np.ndarray, np.ndarray, int]:
-    """Full-ensemble rows of the round's shards → predictions, review bucket; (ids, uncertainty, moved)."""
+def _scored_candidates(row: Round, config: loop.LoopConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Full-ensemble rows of the round's shards → predictions, review bucket; (ids, uncertainty,
+    mean distribution, moved)."""
     from scoring.cache import require_current
 
     require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
@@ -396,4 +413,5 @@ def _scored_candidates(row: Round, config: loop.LoopConfig) -> tuple[np.ndarray,
     )
     # Counted from the rows, not from this call's moves, so a replayed selection reports the same.
     in_review = int(Item.objects.filter(id__in=low.tolist(), state=Item.State.REVIEW).count())
-    return ids[~sig.review], sig.uncertainty[~sig.review], in_review
+    keep = ~sig.review
+    return ids[keep], sig.uncertainty[keep], sig.mean_p[keep], in_review

@@ -71,6 +71,8 @@ class SimSpec:
     mass_threshold: float = 0.05  # the production default (Project.mass_threshold)
     full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
     loop_options: dict[str, Any] = field(default_factory=dict)  # over settings.LOOP_OPTIONS
+    max_labels: int = 0  # >0: stop a job once this many labels are in (rounds is then an upper bound)
+    commit: str = ""  # the code's git commit, recorded with every row
 
     @property
     def records_path(self) -> Path:
@@ -106,7 +108,7 @@ class SimData:
 # -- data -----------------------------------------------------------------------------------------
 
 
-def _read_rows(path: Path) -> list[tuple[str, str]]:
+def read_rows(path: Path) -> list[tuple[str, str]]:
     if not path.is_file():
         raise SimulationError(f"{path} is missing (the data folder needs train.csv and test.csv)")
     with path.open(newline="", encoding="utf-8") as f:
@@ -124,7 +126,7 @@ def _write_rows(path: Path, prefix: str, rows: Sequence[tuple[int, str, str]]) -
 
 def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0) -> SimData:
     """The pool and test CSVs with stable ids, written once under WORK/data (jobs reuse them)."""
-    train, test = _read_rows(data_dir / "train.csv"), _read_rows(data_dir / "test.csv")
+    train, test = read_rows(data_dir / "train.csv"), read_rows(data_dir / "test.csv")
     rows = list(range(len(train)))
     if 0 < pool_sample < len(train):
         rng = np.random.default_rng(POOL_SAMPLE_SEED)
@@ -160,7 +162,7 @@ def pre_embed(data: SimData, embedding_dir: Path) -> int:
     from scoring.bundled import encoder_path
     from scoring.embeddings import EmbeddingCache
 
-    texts = [text for text, _ in _read_rows(data.pool_csv)]
+    texts = [text for text, _ in read_rows(data.pool_csv)]
     cache = EmbeddingCache(embedding_dir, encoder_path(settings.ENCODER_DIR or None))
     cache.embed(texts, [text_hash(t) for t in texts])
     return len(texts)
@@ -176,6 +178,39 @@ def _label_inputs(model_dir: str, names: Sequence[str]) -> list[LabelInput]:
 
     codes = suggest_codes(AutoTokenizer.from_pretrained(model_dir), names)
     return [LabelInput(name, code) for name, code in zip(names, codes, strict=True)]
+
+
+# Tokens the chat template adds around an item (end of turn, assistant header) beyond the item
+# text; measured on SmolLM2's template as 9, rounded up for other templates.
+TEMPLATE_TAIL = 16
+# SmolLM2-135M's trained context is 8,192; no shared set comes near it.
+MAX_CONTEXT_CAP = 8192
+
+
+def context_for(*, model_dir: str, labels: Sequence[str], texts: Sequence[str]) -> int:
+    """The context a data set needs: the rendered prefix (instructions + every label line) plus the
+    longest item in tokens plus the template's tail, so no item is truncated. A fixed 256 fails a
+    77-label set (its prefix alone takes 725 tokens); this never does, and says so when the set
+    cannot fit the model at all."""
+    from transformers import AutoTokenizer
+
+    from scoring.labels import suggest_codes
+    from scoring.prompts import LabelSpec, PromptRenderer, PromptSpec
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    codes = suggest_codes(tokenizer, list(labels))
+    defaults = {f: str(Project._meta.get_field(f).get_default()) for f in ("instructions", "item_template")}  # type: ignore[union-attr]
+    spec = PromptSpec(  # what job_project's project renders: the default instructions, no descriptions
+        instructions=defaults["instructions"],
+        labels=tuple(LabelSpec(name, "", code) for name, code in zip(labels, codes, strict=True)),
+        item_template=defaults["item_template"],
+    )
+    prefix = len(PromptRenderer(tokenizer, spec, model_revision="probe", max_context=MAX_CONTEXT_CAP).prefix_ids)
+    longest = max((len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]), default=0)
+    needed = prefix + longest + TEMPLATE_TAIL
+    if needed > MAX_CONTEXT_CAP:
+        raise SimulationError(f"the prompt needs {needed} tokens ({prefix} prefix + {longest} longest item)")
+    return needed
 
 
 def job_project(*, spec: SimSpec, data: SimData, job: Job) -> Project:
@@ -284,6 +319,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "round_seconds": round(sum(seconds.values()), 3),
         "service_seconds": service,
         "items_scored": row.items_scored,
+        "gpu_peak_mib": _gpu_peak_mib(),
         "review_bucket": metrics.get("review_bucket", 0),
         "sources": sources,
         "arms": metrics.get("arms"),
@@ -296,6 +332,10 @@ def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
 
     return {
         "data": data.name,
+        "commit": spec.commit,
+        "loop_options": spec.loop_options,
+        "mass_threshold": spec.mass_threshold,
+        "candidate_sample": spec.candidate_sample,
         "strategy": job.strategy,
         "seed": job.seed,
         "k": spec.k,
@@ -307,6 +347,17 @@ def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
         "seed_labels": spec.seed_labels,
         "time": timezone.now().isoformat(timespec="seconds"),
     }
+
+
+def _gpu_peak_mib() -> float | None:
+    """Peak GPU memory this job's process has reserved so far (PyTorch's allocator; the CUDA context's
+    ~0.5 GiB comes on top), or None without a GPU."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_reserved() / 2**20, 1)
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
@@ -356,6 +407,10 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
             append_record(spec.records_path, record)
             records.append(record)
             log(f"[{job.tag}] round {number}: {record['labels']} labels, acc {record['accuracy']:.3f}; {_fmt(seconds)}")
+            if spec.max_labels and (record["labels"] or 0) >= spec.max_labels:
+                break
+            if record["batch"] == 0:  # the pool ran dry
+                break
     return records
 
 
@@ -385,7 +440,7 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
         config = replace(config, train=replace(config.train, max_steps=spec.full_data_steps))
     names = loop_sel.label_names(project=project)
     index = {name: i for i, name in enumerate(names)}
-    rows = _read_rows(data.train_csv)
+    rows = read_rows(data.train_csv)
     renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
     started = time.perf_counter()
     refs = []

@@ -59,7 +59,7 @@ class HFEngine:
         # Adapters kept loaded (least recently used dropped): a long simulation loads K new ones every
         # round, and PEFT keeps every adapter it was given (~20 MB each for SmolLM2 at rank 8).
         self.max_loaded_adapters = max_loaded_adapters
-        self._loaded: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._loaded: OrderedDict[str, str] = OrderedDict()  # PEFT name (one per adapter id) → AdapterRef.name
         decoder = self.base.get_decoder()
         self._cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.last_timings: dict[str, float] = {}
@@ -73,25 +73,27 @@ class HFEngine:
     def _load(self, adapter: AdapterRef) -> None:
         from peft import PeftModel
 
-        key = (adapter.name, adapter.int_id)
-        if key in self._loaded:
-            self._loaded.move_to_end(key)
-            return
         name = self._peft_name(adapter)
+        if self._loaded.get(name) == adapter.name:
+            self._loaded.move_to_end(name)
+            return
+        # New, or the same id under another name (another version): PEFT loads over that name.
         if isinstance(self.model, PeftModel):
             self.model.load_adapter(adapter.path, adapter_name=name, is_trainable=False)
         else:
             self.model = PeftModel.from_pretrained(self.base, adapter.path, adapter_name=name, is_trainable=False)
         self.model.eval()
-        self._loaded[key] = None
+        self._loaded[name] = adapter.name
+        self._loaded.move_to_end(name)
         while len(self._loaded) > self.max_loaded_adapters:
-            self._unload(*self._loaded.popitem(last=False)[0], keep=name)
+            self._unload(next(iter(self._loaded)), keep=name)
 
-    def _unload(self, adapter_name: str, int_id: int, *, keep: str) -> None:
-        """Drop one adapter and its cached prefixes (``keep``, the one just loaded, becomes active)."""
+    def _unload(self, peft_name: str, *, keep: str) -> None:
+        """Drop one adapter and its cached prefixes; ``keep`` (the one just loaded) becomes active."""
+        old_name = self._loaded.pop(peft_name)
         self.model.set_adapter(keep)
-        self.model.delete_adapter(self._peft_name(AdapterRef(name=adapter_name, int_id=int_id, path="")))
-        for cache_key in [k for k in self._kv if k[0] == f"{adapter_name}#{int_id}"]:
+        self.model.delete_adapter(peft_name)
+        for cache_key in [k for k in self._kv if k[0] == f"{old_name}#{peft_name[1:]}"]:
             del self._kv[cache_key]
 
     @contextlib.contextmanager

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.selection import (
+    STRATEGIES,
     Selection,
     SelectionInputError,
     kcenter_greedy,
@@ -207,11 +208,12 @@ def test_cold_start_modes(mode: str) -> None:
     np.testing.assert_array_equal(sel.indices, again.indices)
 
 
-@pytest.mark.parametrize("name", ["active", "random", "uncertainty-only", "kcenter-only"])
+@pytest.mark.parametrize("name", STRATEGIES)
 def test_every_strategy_returns_a_valid_batch(name: str) -> None:
     rng = np.random.default_rng(7)
     emb, labeled, u = _unit(rng, 80, 8), _unit(rng, 4, 8), rng.random(80)
-    sel = select_strategy(name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0)  # type: ignore[arg-type]
+    committee = np.stack([u, 1 - u], axis=1)
+    sel = select_strategy(name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee)  # type: ignore[arg-type]
     assert isinstance(sel, Selection)
     assert len(np.unique(sel.indices)) == 8
     if name == "uncertainty-only":

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class Command(BaseCommand):
         parser.add_argument("--data", default="", help="folder with train.csv and test.csv (text,label)")
         parser.add_argument("--strategy", default="active,random", help=f"comma list of {sim.STRATEGIES} or 'all'")
         parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
+        parser.add_argument("--labels", type=int, default=0, help="stop a job at this many labels (0: --rounds)")
         parser.add_argument("--batch", type=int, default=25, help="items per round after the seed set (B)")
         parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per strategy")
         parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
@@ -70,6 +72,7 @@ class Command(BaseCommand):
             raise CommandError("--data is required")
         spec = self._spec(opts)
         data = sim.prepare_data(data_dir=spec.data_dir, work_dir=spec.work_dir, pool_sample=spec.pool_sample)
+        spec = self._with_context(spec, data)
         jobs = self._jobs(opts)
         if spec.records_path.exists():  # never mix two runs' records
             kept = spec.records_path.with_name(f"records-{int(spec.records_path.stat().st_mtime)}.jsonl")
@@ -121,7 +124,18 @@ class Command(BaseCommand):
             mass_threshold=opts["mass_threshold"],
             full_data_steps=opts["full_data_steps"],
             loop_options=loop_options,
+            max_labels=opts["labels"],
+            commit=_commit(),
         )
+
+    def _with_context(self, spec: sim.SimSpec, data: sim.SimData) -> sim.SimSpec:
+        """max_context "auto" (or unset): the prefix plus the longest pool or test item."""
+        if spec.loop_options.get("max_context", "auto") != "auto":
+            return spec
+        texts = [text for path in (data.pool_csv, data.test_csv) for text, _ in sim.read_rows(path)]
+        needed = sim.context_for(model_dir=spec.model_dir, labels=data.label_names, texts=texts)
+        self._log(f"max_context {needed}: the prompt prefix plus the longest of {len(texts)} items")
+        return replace(spec, loop_options={**spec.loop_options, "max_context": needed})
 
     def _jobs(self, opts: dict[str, Any]) -> list[sim.Job]:
         names = sim.STRATEGIES if opts["strategy"] == "all" else tuple(s.strip() for s in opts["strategy"].split(","))
@@ -205,6 +219,21 @@ class Command(BaseCommand):
             baselines=Path(baselines) if baselines else report.DEFAULT_BASELINES,
         )
         self.stdout.write(text)
+
+
+def _commit() -> str:
+    """The code's commit: ALANN_COMMIT (set where the tree travels without .git), else git's HEAD,
+    with "+dirty" when tracked files differ from it."""
+    if os.environ.get("ALANN_COMMIT"):
+        return os.environ["ALANN_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=settings.BASE_DIR, capture_output=True)
+    except OSError:
+        return "unknown"
+    if head.returncode:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -1,0 +1,140 @@
+"""The default strategy's parts: the embedding proxy, the committee, soft-rank draws, and the
+committee batch (random slice, no near-duplicates, always full)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scoring.proxy import ProxyInputError, fit_proxy
+from scoring.selection import (
+    NEAR_DUPLICATE,
+    SelectionInputError,
+    committee_distribution,
+    select_committee,
+    select_strategy,
+    soft_rank_sample,
+)
+
+FAST = settings(max_examples=50, deadline=None)
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_proxy_matches_scikit_learns_logistic_regression() -> None:
+    """Same objective as LogisticRegression(C=1, lbfgs, multinomial) on unit rows: same probabilities."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    centres = _unit(rng, 4, 16)
+    y = rng.integers(0, 4, size=120)
+    x = centres[y] + 0.6 * rng.standard_normal((120, 16))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ours = fit_proxy(x, y, 4).predict_proba(x[:30])
+    ref = LogisticRegression(C=1.0, max_iter=2000, tol=1e-10).fit(x, y).predict_proba(x[:30])
+    np.testing.assert_allclose(ours, ref, atol=2e-4)
+
+
+def test_proxy_gives_absent_classes_little_probability() -> None:
+    rng = np.random.default_rng(1)
+    x = _unit(rng, 40, 8)
+    y = np.array([0, 1] * 20)
+    p = fit_proxy(x, y, 5).predict_proba(x)
+    assert p.shape == (40, 5)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert p[:, 2:].max() < p[:, :2].max(axis=1).min()
+
+
+def test_proxy_rejects_bad_input() -> None:
+    with pytest.raises(ProxyInputError, match="labels must lie in 0..2"):
+        fit_proxy(np.ones((3, 2)), np.array([0, 1, 3]), 3)
+    with pytest.raises(ProxyInputError, match="matching non-empty"):
+        fit_proxy(np.ones((3, 2)), np.array([0, 1]), 3)
+    with pytest.raises(ProxyInputError, match="NaN"):
+        fit_proxy(np.array([[np.nan, 1.0]]), np.array([0]), 2)
+
+
+@FAST
+@given(n=st.integers(1, 60), data=st.data())
+def test_soft_rank_draws_are_distinct_and_seeded(n: int, data: st.DataObject) -> None:
+    k = data.draw(st.integers(0, n))
+    score = np.asarray(data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)))
+    picks = soft_rank_sample(score, k, 7)
+    assert len(picks) == k == len(set(picks.tolist())) and (picks >= 0).all() and (picks < n).all()
+    np.testing.assert_array_equal(picks, soft_rank_sample(score, k, 7))
+
+
+def test_soft_rank_prefers_high_scores_but_is_not_top_k() -> None:
+    score = np.linspace(0, 1, 200)  # position 199 ranks first
+    counts = np.zeros(200)
+    for seed in range(300):
+        counts[soft_rank_sample(score, 10, seed)] += 1
+    top, bottom = counts[-20:].sum(), counts[:100].sum()
+    # p ∝ 1/rank: the 20 most uncertain hold Σ_{r<=20} 1/r ≈ 3.6 of the weight, the 100 least ≈ 0.69.
+    assert top > 3 * bottom
+    assert counts[:-10].sum() > 0.3 * counts.sum()  # and yet most draws are not plain top-10
+    # Scale-free: the same ranks give the same draws, however peaked the scores are.
+    np.testing.assert_array_equal(soft_rank_sample(score**8, 10, 3), soft_rank_sample(score, 10, 3))
+    # beta = 0 is uniform sampling.
+    flat = np.zeros(200)
+    for seed in range(300):
+        flat[soft_rank_sample(score, 10, seed, beta=0.0)] += 1
+    assert abs(flat[-20:].sum() - flat[:20].sum()) < 0.35 * flat[-20:].sum()
+
+
+def test_committee_counts_the_proxy_as_one_member() -> None:
+    llm = np.array([[0.9, 0.1], [0.5, 0.5]])
+    proxy = np.array([[0.0, 1.0], [0.5, 0.5]])
+    np.testing.assert_allclose(committee_distribution(llm, proxy, 2), [[0.6, 0.4], [0.5, 0.5]])
+    with pytest.raises(SelectionInputError, match="must both be"):
+        committee_distribution(llm, proxy[:1], 2)
+
+
+def test_committee_batch_has_the_random_slice_and_skips_near_duplicates() -> None:
+    rng = np.random.default_rng(2)
+    base = _unit(rng, 30, 12)
+    emb = np.concatenate([base, base + 1e-3])  # every text twice (near-duplicate pairs)
+    p = np.tile([[0.5, 0.5]], (60, 1))  # all equally uncertain
+    sel = select_committee(p, emb, np.zeros((0, 12)), b=20, random_share=0.25, rng=0)
+    assert len(sel.indices) == 20 == len(set(sel.indices.tolist())) and sel.is_random.sum() == 5
+    chosen = emb[sel.indices[~sel.is_random]] / np.linalg.norm(emb[sel.indices[~sel.is_random]], axis=1)[:, None]
+    all_units = emb / np.linalg.norm(emb, axis=1)[:, None]
+    for i, row in zip(sel.indices[~sel.is_random], chosen, strict=True):
+        others = [j for j in sel.indices if j != i]
+        assert (all_units[others] @ row).max() <= NEAR_DUPLICATE + 1e-6  # no pair of a text and its copy
+    # A labeled item's copy is never drawn while something else is left.
+    sel2 = select_committee(p[:30], base, base[:10], b=10, random_share=0.0, rng=1)
+    assert not set(sel2.indices.tolist()) & set(range(10))
+
+
+def test_committee_batch_fills_up_from_duplicates_when_nothing_else_is_left() -> None:
+    emb = np.tile([[1.0, 0.0]], (8, 1)).astype(np.float32)
+    sel = select_committee(np.tile([[0.6, 0.4]], (8, 1)), emb, emb[:1], b=5, random_share=0.0, rng=0)
+    assert len(set(sel.indices.tolist())) == 5
+
+
+def test_committee_batch_prefers_uncertain_items() -> None:
+    rng = np.random.default_rng(3)
+    emb = _unit(rng, 400, 32)
+    sure = rng.random(400) < 0.5
+    p = np.where(sure[:, None], [[0.98, 0.02]], [[0.55, 0.45]])
+    picked = np.zeros(400)
+    for seed in range(20):
+        sel = select_committee(p, emb, np.zeros((0, 32)), b=20, random_share=0.0, rng=seed)
+        picked[sel.indices] += 1
+    assert picked[~sure].sum() > 3 * picked[sure].sum()
+
+
+def test_active_strategy_needs_the_committee() -> None:
+    emb = _unit(np.random.default_rng(4), 10, 4)
+    with pytest.raises(SelectionInputError, match="needs the committee"):
+        select_strategy("active", np.zeros(10), emb, np.zeros((0, 4)), b=3, m=6, random_share=0.0, rng=0)
+    sel = select_strategy(
+        "active", None, emb, np.zeros((0, 4)), b=3, m=6, random_share=0.0, rng=0, committee_p=np.full((10, 2), 0.5)
+    )
+    assert len(sel.indices) == 3
