@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-AT_LABELS = (100, 200, 500, 1000)
+AT_LABELS = (100, 200, 500, 1000)  # the baseline's columns
 FULL_DATA = "full-data"
 TARGET_SHARE = 0.95
 DASH = "–"
@@ -185,8 +185,72 @@ def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
     return fmt(stat, len(per_seed), 0)
 
 
+def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Per (data, strategy other than random): the paired comparison with random on the same seeds
+    (same seed set): Δ area under the curve (each seed's strategy minus its random, over the label
+    range both cover), mean ± std over seeds; wins = rounds (seed × label count present in both)
+    where the strategy's accuracy is higher; and the verdicts against the cheap baseline's margin
+    loop at 200 and 1,000 labels (our mean minus its mean)."""
+    by_key = curves(records)
+    rows = []
+    for data in sorted({d for d, _ in by_key}):
+        rand = by_key.get((data, "random"), {})
+        margin = next(
+            (r for r in baselines if data_key(r["data"]) == data_key(data) and r["strategy"].endswith("margin")), None
+        )
+        for key in sorted((k for k in by_key if k[0] == data and k[1] != "random"), key=lambda k: strategy_order(k[1])):
+            deltas, wins, total = [], 0, 0
+            for seed, curve in by_key[key].items():
+                if seed not in rand:
+                    continue
+                other = rand[seed]
+                lo, hi = max(curve[0][0], other[0][0]), min(curve[0][-1], other[0][-1])
+                a, b = area(curve, lo, hi), area(other, lo, hi)
+                if a is not None and b is not None:
+                    deltas.append(a - b)
+                common = sorted(set(curve[0].tolist()) & set(other[0].tolist()))
+                for x in common[1:]:  # the first point is the shared seed set: equal by design
+                    total += 1
+                    wins += int(at(curve, x) > at(other, x))  # type: ignore[operator]
+            row = {"data": data, "strategy": key[1], "seeds": str(len(deltas))}
+            row["delta_auc"] = fmt(mean_std(deltas), len(deltas)) if deltas else DASH
+            row["wins"] = f"{wins}/{total}" if total else DASH
+            for x in (200, 1000):
+                ours = mean_std([at(c, x) for c in by_key[key].values()])
+                theirs = _mean_of(margin.get(f"acc@{x}", "")) if margin else None
+                row[f"vs_margin@{x}"] = DASH if ours is None or theirs is None else f"{ours[0] - theirs:+.1f}"
+            row["commits"] = ", ".join(
+                sorted({str(r.get("commit") or "?")[:10] for r in records if r.get("data") == data})
+            )
+            rows.append(row)
+    return rows
+
+
+def _mean_of(cell: str) -> float | None:
+    match = re.match(r"([\d.]+)", cell)
+    return float(match.group(1)) if match else None
+
+
+PAIRED_COLUMNS = (
+    ("data", "data"),
+    ("strategy", "strategy"),
+    ("seeds", "paired seeds"),
+    ("delta_auc", "Δ area under curve vs random"),
+    ("wins", "rounds won vs random"),
+    ("vs_margin@200", "vs cheap margin loop @200"),
+    ("vs_margin@1000", "vs cheap margin loop @1000"),
+    ("commits", "commit"),
+)
+
+
+def paired_table(rows: Sequence[dict[str, str]]) -> str:
+    lines = ["| " + " | ".join(t for _, t in PAIRED_COLUMNS) + " |", "|" + "---|" * len(PAIRED_COLUMNS)]
+    lines += ["| " + " | ".join(r.get(k, DASH) for k, _ in PAIRED_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def strategy_order(name: str) -> tuple[int, str]:
-    order = ("active", "random", "uncertainty-only", "kcenter-only")
+    order = ("active", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
     return (order.index(name) if name in order else len(order), name)
 
 
@@ -315,6 +379,9 @@ def write_report(
     text = "\n\n".join(
         [
             markdown_table(summary_rows(records), base),
+            "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
+            " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
+            paired_table(paired_rows(records, base)),
             "Seconds per round step (mean over rounds and seeds):",
             cost_table(records),
         ]

@@ -160,7 +160,8 @@ class Command(BaseCommand):
         shared = spec.work_dir / "embeddings"
         started = time.perf_counter()
         self._log(f"embedded {sim.pre_embed(data, shared)} pool texts in {time.perf_counter() - started:.1f}s")
-        threads = max(1, (os.cpu_count() or 1) // workers)
+        # CPU threads per job: the cores shared out, or ALANN_SIM_THREADS (several harness runs at once).
+        threads = int(os.environ.get("ALANN_SIM_THREADS") or 0) or max(1, (os.cpu_count() or 1) // workers)
         pending = list(jobs)
         running: list[tuple[sim.Job, subprocess.Popen[bytes]]] = []
         failed: list[str] = []
