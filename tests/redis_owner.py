@@ -158,6 +158,8 @@ def point_celery_at(url: str) -> None:
     from config.celery import app
 
     settings.REDIS_URL = settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = url
+    if app.conf.broker_url == url and app.conf.result_backend == url:
+        return  # closing the pools here would break kombu's per-URL producer pool registry
     app.conf.broker_url = app.conf.result_backend = url
     if app._pool is not None:  # drop connections opened on the previous URL
         app._pool.force_close_all()
