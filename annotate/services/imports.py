@@ -190,16 +190,26 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def strict_json(text: str | bytes) -> Any:
+    """``json.loads`` that refuses what it would otherwise take silently or crash on: a repeated key
+    (the last one would win), NaN/Infinity (not JSON; PostgreSQL's jsonb refuses them), nesting that
+    overflows the parser (ValueError "JSON nested too deeply" instead of a RecursionError)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def _json_line(raw: str, filename: str, line: int, last: bool) -> Any:
     try:
-        return json.loads(raw.rstrip("\r\n"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        return strict_json(raw.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         cut = " (the file ends in the middle of this line)" if last and not raw.endswith("\n") else ""
-        raise ImportFailed(filename, line, f"invalid JSON: {exc.msg} at column {exc.colno}{cut}") from None
-    except RecursionError:
-        raise ImportFailed(filename, line, f"JSON nested too deeply (over {MAX_JSON_DEPTH} levels)") from None
-    except ValueError as exc:  # a repeated key, NaN/Infinity, an integer over Python's digit limit
-        raise ImportFailed(filename, line, f"invalid JSON: {exc}") from None
+        message = exc.msg.removesuffix(" at")  # "Unterminated string starting at" + " at column N"
+        raise ImportFailed(filename, line, f"invalid JSON: {message} at column {exc.colno}{cut}") from None
+    except ValueError as exc:  # a repeated key, NaN/Infinity, too deep, an integer over Python's digit limit
+        text = str(exc)
+        raise ImportFailed(filename, line, text if "nested" in text else f"invalid JSON: {text}") from None
 
 
 def _jsonl_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tuple[int, dict[str, Any]]]:
