@@ -12,9 +12,10 @@ round needs the ML role, reading one any role on the project's site.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -24,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from annotate.models import ApiToken, Project, Round
 from annotate.roles import ML, has_role
 from annotate.selectors import loop as loop_sel
+from annotate.services.imports import strict_json
 from annotate.services.rounds import RoundError, UnknownStrategyError, round_request_start
 
 
@@ -41,10 +43,14 @@ def _denied(status: int, message: str) -> JsonResponse:
 
 
 def _options(request: HttpRequest) -> dict[str, Any]:
-    """The POST's options: a JSON object, or form fields. ValueError for a body that is neither."""
-    if request.content_type != "application/json":
-        return request.POST.dict()
-    payload = json.loads(request.body or b"{}")
+    """The POST's options: a JSON object, or form fields. ValueError for a body that is neither, is
+    too big, repeats a key or nests too deeply."""
+    try:
+        if request.content_type != "application/json":
+            return request.POST.dict()
+        payload = strict_json(request.body or b"{}")
+    except RequestDataTooBig:
+        raise ValueError(f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes") from None
     if not isinstance(payload, dict):
         raise ValueError("the body must be a JSON object")
     return payload
@@ -82,7 +88,7 @@ def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
         return _denied(403, "starting a round needs the ML role")
     project = get_object_or_404(Project, pk=project_id)
     try:
-        strategy = str(_options(request).get("strategy") or "active")
+        strategy = str(_options(request).get("strategy") or "active")[:100]  # no names that long: keep errors short
     except ValueError as exc:
         return _denied(400, f"unreadable body: {exc}")
     try:

@@ -26,16 +26,19 @@ class LabelForm(_QueueForm):
 
     item = forms.IntegerField(
         min_value=1,
+        max_value=2**63 - 1,  # the databases' largest id; a bigger number would overflow the query
         error_messages={
             "invalid": "unknown item: it is not in this project",
             "min_value": "unknown item: it is not in this project",
+            "max_value": "unknown item: it is not in this project",
         },
     )
     label = forms.ChoiceField(error_messages={"invalid_choice": "unknown label: choose one of this project's labels"})
     revise = forms.BooleanField(required=False)  # set on the undo screen: update my existing label
     # Seconds the item was on screen, measured by annotate.js; without JS the lease's age is used.
     # Lenient: a garbled timing must never cost the label, it just falls back to the lease's age.
-    seconds = forms.CharField(required=False)
+    # A plain Field: CharField would refuse a NUL ("Null characters are not allowed") and lose the label.
+    seconds = forms.Field(required=False)
 
     def __init__(self, *args: Any, labels: Sequence[Label], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,7 +51,7 @@ class LabelForm(_QueueForm):
     def clean_seconds(self) -> float | None:
         try:
             seconds = float(self.cleaned_data.get("seconds") or "")
-        except ValueError:
+        except (TypeError, ValueError):
             return None
         return seconds if 0 <= seconds <= MAX_SECONDS_SPENT else None
 

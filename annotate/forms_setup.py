@@ -4,6 +4,7 @@ round request and the lead's adjudication."""
 from __future__ import annotations
 
 import functools
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -53,6 +54,10 @@ def parse_label_lines(text: str) -> list[LabelInput]:
             errors.append(f"line {number}: the label name is longer than 100 characters")
         elif any(label.name == name for label in labels):
             errors.append(f"line {number}: the label {name!r} appears twice")
+        elif (twin := next((lab.name for lab in labels if _fold(lab.name) == _fold(name)), None)) is not None:
+            errors.append(f"line {number}: the label {name!r} differs from {twin!r} only by case or spacing")
+        elif (hidden := _invisible(name)) is not None:
+            errors.append(f"line {number}: the label name contains an invisible character U+{ord(hidden):04X}")
         elif len(code) > 32:
             errors.append(f"line {number}: the code {code!r} is longer than 32 characters")
         else:
@@ -62,6 +67,17 @@ def parse_label_lines(text: str) -> list[LabelInput]:
     if len(labels) < 2:
         raise ValidationError("enter at least two labels, one per line")
     return labels
+
+
+def _fold(name: str) -> str:
+    """Label names that look the same to an annotator: case and runs of spaces ignored."""
+    return " ".join(name.casefold().split())
+
+
+def _invisible(name: str) -> str | None:
+    """A format character (RTL/LTR marks, zero-width space, BOM...) that makes two names look alike;
+    the zero-width joiner is allowed, emoji sequences need it."""
+    return next((c for c in name if unicodedata.category(c) == "Cf" and c != "\u200d"), None)
 
 
 def format_label_lines(labels: Sequence[LabelInput]) -> str:

@@ -5,7 +5,8 @@ Round tasks are idempotent (guarded transitions, unique rows, checkpoints), so a
 duplicated message is harmless. Transient errors (a locked SQLite database, a dropped Redis or
 PostgreSQL connection) are retried; any other error, or the last retry, fails the round with the
 reason (``round_fail``). Every worker, when it starts, re-enqueues what active rounds still need
-(``annotate.rounds_resume``): that is how a round continues after its worker was killed.
+(``annotate.rounds_resume``, ``annotate.imports_resume``): that is how a round or an import continues
+after its worker was killed.
 """
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ def rounds_resume() -> int:
     return rounds_resume_all()
 
 
+@shared_task(name="annotate.imports_resume", **RETRY)
+def imports_resume() -> int:
+    from annotate.services.imports import imports_resume_all
+
+    return imports_resume_all()
+
+
 @worker_ready.connect
 def _resume_on_start(**_: Any) -> None:
     rounds_resume.delay()
+    imports_resume.delay()

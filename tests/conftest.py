@@ -1,14 +1,33 @@
-"""Shared fixtures: model directories (no hub), the shared data sets, artifact folders."""
+"""Shared fixtures: this run's own Redis database, model directories (no hub), the shared data sets,
+artifact folders."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
+from tests import redis_owner
+from tests.prerequisites import missing_prerequisite
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+REDIS_SERVER = os.environ.get("TEST_REDIS_SERVER", "redis://127.0.0.1:6379")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def owned_redis() -> Iterator[redis_owner.OwnedRedis | None]:
+    """A Redis database this run claimed (empty, unused by anyone else) for the whole run: Celery in
+    this process, live servers and workers all use it; it is flushed and released at the end.
+    Never a fixed number, never FLUSHDB on a database the run did not claim (tests/redis_owner.py)."""
+    owned = redis_owner.claim_for_run(REDIS_SERVER)
+    try:
+        yield owned
+    finally:
+        redis_owner.release_for_run()
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +81,7 @@ def encoder_dir() -> Path:
 def shared_data() -> Path:
     path = Path(settings.DATA_DIR)
     if not (path / "trec" / "train.csv").is_file():
-        pytest.skip(f"shared data sets not found at {path} (expected ../shared/data beside the checkout)")
+        missing_prerequisite(f"shared data sets not found at {path} (expected ../shared/data beside the checkout)")
     return path
 
 

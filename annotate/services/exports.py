@@ -4,6 +4,10 @@ Labels: one row per item that has any human label, adjudication or gold label â€
 final label, every annotator's label, the adjudication, the round it was selected in, timestamps.
 Predictions: one row per (item id, prompt hash, adapter-set hash) â€” the unique key of Prediction, so a
 rerun with new adapters adds rows with a new key instead of overwriting or duplicating old ones.
+
+CSV is for spreadsheets: a text cell that a spreadsheet would run as a formula (it starts with ``=``,
+``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'`` (OWASP's CSV-injection rule), so
+opening an export never executes what an annotator or an imported file wrote. JSONL is the exact copy.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ PREDICTION_FIELDS = [
     "created_at",
 ]
 ITEM_CHUNK = 2000
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP CSV injection: what a spreadsheet evaluates
 
 
 def _iso(value: Any) -> str | None:
@@ -116,8 +121,19 @@ def prediction_rows(project: Project) -> Iterator[dict[str, Any]]:
         }
 
 
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: nested values as JSON, text that a spreadsheet would evaluate defused.
+    Numbers stay numbers (a negative float is not a formula)."""
+    if isinstance(value, dict | list):
+        value = json.dumps(value)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def render(rows: Iterable[dict[str, Any]], *, fmt: str, fields: list[str]) -> Iterator[str]:
-    """Serialise rows as CSV (nested values as JSON) or JSONL, one chunk of text per row."""
+    """Serialise rows as CSV (nested values as JSON, formulas defused) or JSONL (exact), one chunk of
+    text per row."""
     if fmt == "jsonl":
         for row in rows:
             yield json.dumps(row, ensure_ascii=False) + "\n"
@@ -128,7 +144,7 @@ def render(rows: Iterable[dict[str, Any]], *, fmt: str, fields: list[str]) -> It
     writer = csv.DictWriter(buffer, fieldnames=fields)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in row.items()})
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
         yield buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()

@@ -5,15 +5,29 @@ Two streaming passes over the file. The first validates every row and reports th
 precisely (file, line, what); it writes nothing but progress. The second inserts in chunks inside one
 transaction, so a failed import leaves nothing behind. Duplicate texts (same sha256) are counted and
 reported with their line numbers, never merged: both rows become items.
+
+What the database or the model cannot take is refused with its line, never cleaned silently: a NUL
+character (PostgreSQL stores no NUL in text or JSON), a lone surrogate (not Unicode: neither UTF-8, the
+database nor the tokenizer takes it), JSON with a repeated key, NaN/Infinity or nesting deeper than
+``MAX_JSON_DEPTH``, a binary file (gzip, zip, UTF-16) under a text name.
+
+One import per project at a time (``_import_slot``: a PostgreSQL advisory lock, a file lock beside the
+SQLite database; both vanish with a killed process): a second one is refused with "another import
+into this project is running". Any other error ends a recorded import (``import_run``) as failed with
+its message; a job never stays "running" because of a bug.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
+import logging
+import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,12 +39,23 @@ from django.utils import timezone
 
 from annotate.models import ImportJob, Item, Label, Project
 
+logger = logging.getLogger(__name__)
+
 MAX_TEXT_CHARS = 20_000  # longer rows are almost always a broken quote swallowing the file
 MAX_ID_CHARS = 200  # Item.external_id max_length
 CHUNK_ROWS = 5_000  # rows per bulk insert: big enough to amortise, small enough for SQLite's limits
 PROGRESS_EVERY = 20_000  # rows between progress writes
 DUPLICATE_SAMPLE = 50  # duplicate reports kept on the job for the UI
 RESERVED = {"text", "id", "label"}
+MAX_JSON_DEPTH = 32  # nesting of a metadata value; real metadata is flat, deeper is a generator gone wrong
+IMPORT_LOCK_CLASS = 0x414C  # first key of the PostgreSQL advisory lock (project id is the second)
+# Files that are not text, by their first bytes: what the user most likely uploaded instead.
+BINARY_STARTS = {
+    b"\x1f\x8b": "a gzip archive: decompress it first",
+    b"PK\x03\x04": "a zip archive (or an .xlsx workbook): export the sheet as CSV",
+    b"\xff\xfe": "UTF-16 text (byte-order mark FF FE): save it as UTF-8",
+    b"\xfe\xff": "UTF-16 text (byte-order mark FE FF): save it as UTF-8",
+}
 
 csv.field_size_limit(sys.maxsize)
 
@@ -44,6 +69,10 @@ class ImportFailed(ValueError):
         self.filename, self.line, self.message = filename, line, message
         where = f"{filename}, line {line}" if line is not None else filename
         super().__init__(f"{where}: {message}")
+
+
+class ImportBusy(ImportFailed):
+    """Another import into the same project holds the project's import slot."""
 
 
 @dataclass
@@ -83,27 +112,50 @@ def _decoded_lines(raw: io.BufferedIOBase, filename: str, progress: Progress | N
     read = 0
     for number, chunk in enumerate(raw, start=1):
         read += len(chunk)
-        if number == 1 and chunk.startswith(b"\xef\xbb\xbf"):
-            chunk = chunk[3:]
+        if number == 1:
+            chunk = _first_line(chunk, filename)
         try:
             line = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ImportFailed(
                 filename, number, f"undecodable bytes at column {exc.start + 1} (the file must be UTF-8)"
             ) from None
+        if "\x00" in line:
+            raise ImportFailed(filename, number, f"{_NUL} at column {line.index(chr(0)) + 1}{_NUL_FIX}")
         if progress is not None and number % PROGRESS_EVERY == 0:
             progress(read, total)
         yield line
 
 
+_NUL, _NUL_FIX = "a NUL character (\\x00)", ": the database cannot store it; remove it from the file"
+
+
+def _first_line(chunk: bytes, filename: str) -> bytes:
+    """The first line without its UTF-8 byte-order mark; a binary file under a text name is refused."""
+    for magic, what in BINARY_STARTS.items():
+        if chunk.startswith(magic):
+            raise ImportFailed(filename, None, f"this is not a text file but {what}")
+    return chunk[3:] if chunk.startswith(b"\xef\xbb\xbf") else chunk
+
+
+def _csv_error(exc: csv.Error, start: int, line: int) -> str:
+    """A reader error in words: where a quoted field that never closes began, what a bare CR means."""
+    text = str(exc)
+    if "unexpected end of data" in text:
+        return f'unterminated quote starting on line {start} (a field opens with " and never closes)'
+    if "new-line character seen in unquoted field" in text:
+        return f"a carriage return inside an unquoted field on line {line}: quote the field or use one line ending"
+    return f"line {line}: malformed CSV: {text}"
+
+
 def _csv_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(lines)
+    reader = csv.reader(lines, strict=True)
     try:
         header = next(reader)
     except StopIteration:
         raise ImportFailed(filename, None, "the file is empty") from None
     except csv.Error as exc:
-        raise ImportFailed(filename, 1, f"malformed CSV header: {exc}") from None
+        raise ImportFailed(filename, None, "header: " + _csv_error(exc, 1, reader.line_num)) from None
     header = [h.strip() for h in header]
     if required not in header:
         raise ImportFailed(filename, 1, f"missing {required!r} column (found columns: {', '.join(header) or 'none'})")
@@ -116,7 +168,7 @@ def _csv_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tu
         except StopIteration:
             return
         except csv.Error as exc:
-            raise ImportFailed(filename, reader.line_num, f"malformed CSV: {exc}") from None
+            raise ImportFailed(filename, None, _csv_error(exc, start, reader.line_num)) from None
         line, start = start, reader.line_num + 1
         if not values:
             continue  # blank line
@@ -125,14 +177,49 @@ def _csv_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tu
         yield line, dict(zip(header, values, strict=True))
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"repeated key {repeated!r} in one object")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_json(text: str | bytes) -> Any:
+    """``json.loads`` that refuses what it would otherwise take silently or crash on: a repeated key
+    (the last one would win), NaN/Infinity (not JSON; PostgreSQL's jsonb refuses them), nesting that
+    overflows the parser (ValueError "JSON nested too deeply" instead of a RecursionError)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _json_line(raw: str, filename: str, line: int, last: bool) -> Any:
+    try:
+        return strict_json(raw.rstrip("\r\n"))
+    except json.JSONDecodeError as exc:
+        cut = " (the file ends in the middle of this line)" if last and not raw.endswith("\n") else ""
+        message = exc.msg.removesuffix(" at")  # "Unterminated string starting at" + " at column N"
+        raise ImportFailed(filename, line, f"invalid JSON: {message} at column {exc.colno}{cut}") from None
+    except ValueError as exc:  # a repeated key, NaN/Infinity, too deep, an integer over Python's digit limit
+        text = str(exc)
+        raise ImportFailed(filename, line, text if "nested" in text else f"invalid JSON: {text}") from None
+
+
 def _jsonl_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for line, raw in enumerate(lines, start=1):
+    numbered = enumerate(lines, start=1)
+    ahead = next(numbered, None)
+    while ahead is not None:
+        (line, raw), ahead = ahead, next(numbered, None)
         if not raw.strip():
             continue
-        try:
-            obj = json.loads(raw.rstrip("\r\n"))
-        except json.JSONDecodeError as exc:
-            raise ImportFailed(filename, line, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        obj = _json_line(raw, filename, line, last=ahead is None)
         if not isinstance(obj, dict):
             raise ImportFailed(filename, line, "each line must be a JSON object")
         if required not in obj:
@@ -164,14 +251,55 @@ def _row(record: dict[str, Any], line: int, name: str, *, gold: bool = False) ->
         raise ImportFailed(name, line, "empty text")
     if len(text) > MAX_TEXT_CHARS:
         raise ImportFailed(name, line, f"text is {len(text):,} characters, over the {MAX_TEXT_CHARS:,} limit")
-    raw_id = record.get("id")
-    external_id = "" if raw_id is None else str(raw_id).strip()
+    external_id = _scalar_field(record, "id", name, line)
     if len(external_id) > MAX_ID_CHARS:
         raise ImportFailed(name, line, f"id is over {MAX_ID_CHARS} characters")
-    raw_label = record.get("label")
-    label = "" if raw_label is None else str(raw_label).strip()
+    label = _scalar_field(record, "label", name, line)
     metadata = {k: v for k, v in record.items() if k not in RESERVED}
+    for field_name, value in (("text", text), ("id", external_id), ("label", label)):
+        _check_storable(value, name, line, field_name)
+    _check_metadata(metadata, name, line)
     return Row(line=line, text=text, external_id=external_id, label=label, metadata=metadata)
+
+
+def _scalar_field(record: dict[str, Any], key: str, name: str, line: int) -> str:
+    """``id`` / ``label`` as text: a string or an integer (JSON); a list, object, float or boolean is refused."""
+    value = record.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ImportFailed(name, line, f"{key!r} must be a string or an integer, not {json.dumps(value)[:40]}")
+    return str(value).strip()
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _check_storable(value: str, name: str, line: int, where: str) -> None:
+    found = _UNSTORABLE.search(value)
+    if found is None:
+        return
+    char, position = found.group(), found.start() + 1
+    if char == "\x00":
+        raise ImportFailed(name, line, f"{where} contains {_NUL} at character {position}{_NUL_FIX}")
+    raise ImportFailed(
+        name, line, f"{where} contains a lone surrogate U+{ord(char):04X} at character {position}: not valid Unicode"
+    )
+
+
+def _check_metadata(value: Any, name: str, line: int, where: str = "metadata", depth: int = 0) -> None:
+    """Every key and string of a metadata value is storable; nesting stays under MAX_JSON_DEPTH."""
+    if depth > MAX_JSON_DEPTH:
+        raise ImportFailed(name, line, f"{where} is nested over {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, str):
+        _check_storable(value, name, line, where)
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            _check_storable(key, name, line, f"{where} key {key[:40]!r}")
+            _check_metadata(inner, name, line, f"column {key[:40]!r}" if depth == 0 else where, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            _check_metadata(inner, name, line, where, depth + 1)
 
 
 def _validate(
@@ -191,8 +319,7 @@ def _validate(
     for row in iter_rows(path, filename=filename, progress=progress, gold=gold_for_test):
         report.rows += 1
         if row.label and row.label not in labels:
-            known = ", ".join(sorted(labels)) or "none defined"
-            raise ImportFailed(filename, row.line, f"unknown label {row.label!r} (known labels: {known})")
+            raise ImportFailed(filename, row.line, _unknown_label(row.label, labels))
         if gold_for_test:
             _check_gold_row(row, filename, test_ids, seen_ids)
             continue
@@ -215,6 +342,13 @@ def _validate(
     if report.rows == 0:
         raise ImportFailed(filename, None, "no rows after the header")
     return report
+
+
+def _unknown_label(label: str, labels: set[str]) -> str:
+    known = ", ".join(sorted(labels)) or "none defined"
+    close = [name for name in sorted(labels) if name.casefold().split() == label.casefold().split()]
+    hint = f"; labels must match exactly: did you mean {close[0]!r}?" if close else ""
+    return f"unknown label {label!r} (known labels: {known}){hint}"
 
 
 def _check_gold_row(row: Row, filename: str, test_ids: set[str], seen_ids: dict[str, int]) -> None:
@@ -315,6 +449,48 @@ def _apply_gold(path: Path, *, project: Project, filename: str) -> int:
     return updated
 
 
+@contextlib.contextmanager
+def _import_slot(project: Project, filename: str) -> Iterator[None]:
+    """Hold the project's import slot for the whole import (validation included) or raise ImportBusy.
+    PostgreSQL: a session advisory lock; SQLite: an exclusive file lock beside the database file.
+    Both are released by the operating system / server when the process dies, so a killed import
+    never blocks the next one."""
+    busy = ImportBusy(filename, None, "another import into this project is running; try again when it has finished")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [IMPORT_LOCK_CLASS, project.id])
+            if not cursor.fetchone()[0]:
+                raise busy
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [IMPORT_LOCK_CLASS, project.id])
+        return
+    import fcntl
+
+    with _sqlite_lock_path(project).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _sqlite_lock_path(project: Project) -> Path:
+    """Beside the database file (every process that opens it sees the same lock); an in-memory
+    database (tests) lives in one process: a temp file keyed by its name does."""
+    name = str(connection.settings_dict["NAME"])
+    database = Path(name)
+    if "memory" in name or not database.parent.is_dir():
+        key = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"alann-import-{key}-p{project.id}.lock"
+    return database.parent / f".{database.name}.import-p{project.id}.lock"
+
+
 def import_items(
     *,
     project: Project,
@@ -324,15 +500,17 @@ def import_items(
     progress: Progress | None = None,
     gold_for_test: bool = False,
 ) -> ImportReport:
-    """Validate then insert (or apply gold labels). Raises ImportFailed; on failure nothing is written."""
+    """Validate then insert (or apply gold labels), one import per project at a time. Raises
+    ImportFailed (ImportBusy while another import into the project runs); on failure nothing is written."""
     name = filename or path.name
     started = time.monotonic()
-    report = _validate(path, project=project, filename=name, progress=progress, gold_for_test=gold_for_test)
-    with transaction.atomic():
-        if gold_for_test:
-            report.created = _apply_gold(path, project=project, filename=name)
-        else:
-            report.created = _insert(path, project=project, job=job, filename=name)
+    with _import_slot(project, name):
+        report = _validate(path, project=project, filename=name, progress=progress, gold_for_test=gold_for_test)
+        with transaction.atomic():
+            if gold_for_test:
+                report.created = _apply_gold(path, project=project, filename=name)
+            else:
+                report.created = _insert(path, project=project, job=job, filename=name)
     report.seconds = time.monotonic() - started
     return report
 
@@ -356,38 +534,69 @@ def import_create(
 
 
 def import_run(*, job_id: int) -> ImportJob:
-    """Run a recorded import (Celery task body). Idempotent: a finished job is left as it is."""
-    from annotate.services.projects import test_set_draw
-
-    claimed = ImportJob.objects.filter(id=job_id, status__in=[ImportJob.Status.PENDING, ImportJob.Status.RUNNING])
-    if not claimed.update(status=ImportJob.Status.RUNNING):
-        return ImportJob.objects.get(id=job_id)
+    """Run a recorded import (Celery task body). Idempotent: a finished job is left as it is; a job
+    found "running" (its worker died, or it runs elsewhere right now) is resumed, unless its import
+    slot is still held, then it is left to the run that holds it. Every error ends the job as failed
+    with its message."""
+    fresh = ImportJob.objects.filter(id=job_id, status=ImportJob.Status.PENDING).update(status=ImportJob.Status.RUNNING)
     job = ImportJob.objects.select_related("project").get(id=job_id)
+    if job.status != ImportJob.Status.RUNNING:
+        return job
     if job.as_gold_for_test is False and Item.objects.filter(import_job=job).exists():
         # A worker died after the insert committed: the rows are there, only the bookkeeping is not.
         return _finish(job, rows_created=Item.objects.filter(import_job=job).count())
+    try:
+        report = _run(job)
+    except ImportBusy as exc:
+        if not fresh:  # a resume while the run that holds the slot is alive: that run finishes the job
+            return job
+        return _fail(job, str(exc))
+    except ImportFailed as exc:
+        return _fail(job, str(exc))
+    except Exception as exc:  # a bug or a lost database: the job must not stay "running"
+        logger.exception("import job %s failed", job.id)
+        return _fail(job, f"{job.filename}: the import stopped on an unexpected error ({type(exc).__name__}: {exc})")
+    return _finish(job, rows_created=report.created, report=report)
+
+
+def _run(job: ImportJob) -> ImportReport:
+    from annotate.services.projects import test_set_draw
 
     def progress(done: int, total: int) -> None:
         ImportJob.objects.filter(id=job.id).update(processed_bytes=done, total_bytes=total)
 
-    try:
-        report = import_items(
-            project=job.project,
-            path=Path(job.path),
-            filename=job.filename,
-            job=job,
-            progress=progress,
-            gold_for_test=job.as_gold_for_test,
-        )
-    except ImportFailed as exc:
-        ImportJob.objects.filter(id=job.id).update(
-            status=ImportJob.Status.FAILED, error=str(exc), finished_at=timezone.now()
-        )
-        job.refresh_from_db()
-        return job
+    report = import_items(
+        project=job.project,
+        path=Path(job.path),
+        filename=job.filename,
+        job=job,
+        progress=progress,
+        gold_for_test=job.as_gold_for_test,
+    )
     if not job.as_gold_for_test:
         test_set_draw(project=job.project)
-    return _finish(job, rows_created=report.created, report=report)
+    return report
+
+
+def _fail(job: ImportJob, error: str) -> ImportJob:
+    ImportJob.objects.filter(id=job.id).update(status=ImportJob.Status.FAILED, error=error, finished_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def imports_resume_all() -> int:
+    """Enqueue every import that is pending or was running (a worker start calls it: an import whose
+    worker was killed continues). A job still running elsewhere is left to it by ``import_run``."""
+    from annotate import tasks
+
+    ids = list(
+        ImportJob.objects.filter(status__in=[ImportJob.Status.PENDING, ImportJob.Status.RUNNING]).values_list(
+            "id", flat=True
+        )
+    )
+    for job_id in ids:
+        tasks.import_run.delay(job_id)
+    return len(ids)
 
 
 def _finish(job: ImportJob, *, rows_created: int, report: ImportReport | None = None) -> ImportJob:

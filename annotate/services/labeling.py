@@ -506,12 +506,17 @@ def _resubmit(
 
 def skip_submit(*, item: Item, annotator: Any, reason: str = "") -> Skip:
     """Pass on an item: a Skip row (not a label; leads review skips), the lease is released and the
-    item goes to other annotators. Idempotent: one Skip per (item, annotator); a repeat keeps the
-    first reason unless it was empty."""
+    item goes to other annotators. Like a label it needs the item's lease (live or expired: the
+    annotator was shown it), so nobody can push arbitrary items into the leads' queue by id; raises
+    `NotLeased` otherwise. Idempotent: one Skip per (item, annotator); a repeat keeps the first
+    reason unless it was empty."""
     reason = reason.strip()[: Skip._meta.get_field("reason").max_length]
     with transaction.atomic():
         if Annotation.objects.filter(item=item, annotator=annotator).exists():
             raise AlreadyLabelled("you already labelled this item; press u to revise instead of skipping")
+        leased = Lease.objects.filter(item=item, annotator=annotator).exists()
+        if not leased and not Skip.objects.filter(item=item, annotator=annotator).exists():
+            raise NotLeased("this item is not assigned to you; take the next item")
         skip, created = Skip.objects.get_or_create(item=item, annotator=annotator, defaults={"reason": reason})
         if not created and reason and not skip.reason:
             skip.reason = reason

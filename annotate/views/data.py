@@ -21,7 +21,10 @@ from annotate.services.imports import ImportFailed, detect_format, import_create
 
 
 class UploadForm(forms.Form):
-    file = forms.FileField(help_text="CSV or JSONL: text (required), id, label; other columns kept as metadata")
+    # allow_empty_file: the import's own check names the file ("x.csv: the file is empty"), Django's does not.
+    file = forms.FileField(
+        allow_empty_file=True, help_text="CSV or JSONL: text (required), id, label; other columns kept as metadata"
+    )
     gold_for_test = forms.BooleanField(required=False, label="Gold labels (id,label) for test-set items")
 
     def clean_file(self) -> object:
@@ -30,6 +33,8 @@ class UploadForm(forms.Form):
             detect_format(upload.name)
         except ImportFailed as exc:
             raise forms.ValidationError(str(exc)) from exc
+        if not upload.size:
+            raise forms.ValidationError(f"{upload.name}: the file is empty")
         return upload
 
 

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from tests.live_server import PASSWORD, LiveServer
+from tests.prerequisites import missing_prerequisite
 
 # Playwright's sync API runs an event loop in this thread; ORM calls from here would trip Django's check.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # Debian's; CHROMIUM= to point elsewhere
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -53,8 +54,11 @@ def live_app() -> Iterator[LiveServer]:
 @pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     if not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed (make browser)")
-    from playwright.sync_api import sync_playwright
+        missing_prerequisite(f"{CHROMIUM} not installed (make browser)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_prerequisite("playwright is not installed (make install)")
 
     playwright = sync_playwright().start()
     chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

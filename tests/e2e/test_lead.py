@@ -13,6 +13,8 @@ import pytest
 from annotate.models import Adjudication, Annotation, Item, Project
 from annotate.services.accounts import user_create
 from annotate.services.projects import LabelInput, project_create
+from tests.e2e.conftest import CHROMIUM
+from tests.prerequisites import missing_prerequisite
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls below are still plain sync.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -33,11 +35,14 @@ PASSWORD = "pw-12345678"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path("/usr/bin/chromium").exists():
-        pytest.skip("no system Chromium at /usr/bin/chromium")
-    with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_prerequisite("playwright is not installed (make install)")
+    if not Path(CHROMIUM).exists():
+        missing_prerequisite(f"no system Chromium at {CHROMIUM} (make browser)")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
 

@@ -21,6 +21,7 @@ from annotate.models import Item, Label, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from annotate.services.projects import LabelInput, project_create, test_set_draw
+from tests import redis_owner
 
 ROOT = Path(__file__).resolve().parents[2]
 TREC_CODES = {"abbreviation": "A", "description": "D", "entity": "E", "human": "H", "location": "L", "numeric": "N"}
@@ -122,7 +123,7 @@ def file_database(var_dir: Path) -> Iterator[Path]:
 
 
 class Workers:
-    """Real ``celery worker`` processes (own process groups) on a private Redis database."""
+    """Real ``celery worker`` processes (own process groups) on this run's Redis database."""
 
     def __init__(self, var_dir: Path, broker: str, log_dir: Path) -> None:
         self.env = {
@@ -166,18 +167,12 @@ class Workers:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log")))
 
 
-def purge(broker: str) -> None:
-    import redis
-
-    redis.Redis.from_url(broker).flushdb()
-
-
 @contextlib.contextmanager
-def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any, *, db_number: int = 5) -> Iterator[Workers]:
-    """A file database + private Redis db + worker pool for one test; the test process sends tasks
-    to the same broker and sees the same adapters, scores and embeddings (VAR_DIR)."""
-    from config.celery import app
-
+def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any) -> Iterator[Workers]:
+    """A file database + worker pool for one test on this run's own Redis database (claimed by
+    tests/conftest.py, emptied before and after); the test process sends tasks to the same broker and
+    sees the same adapters, scores and embeddings (VAR_DIR)."""
+    owned = redis_owner.current()
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     settings.ADAPTER_DIR, settings.SCORE_DIR, settings.EMBEDDING_DIR = (
@@ -185,20 +180,15 @@ def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any, *, db_numbe
         var_dir / "scores",
         var_dir / "embeddings",
     )
-    broker = f"redis://127.0.0.1:6379/{db_number}"
-    purge(broker)
-    saved = (app.conf.broker_url, app.conf.result_backend)
-    app.conf.broker_url = app.conf.result_backend = broker
-    _reset_pools(app)
-    workers = Workers(var_dir, broker, tmp_path)
+    owned.flush()  # stray messages of earlier tests of this run (never anyone else's: the db is ours)
+    redis_owner.point_celery_at(owned.url)
+    workers = Workers(var_dir, owned.url, tmp_path)
     try:
         with django_db_blocker.unblock(), file_database(var_dir):
             yield workers
     finally:
         workers.stop_all()
-        app.conf.broker_url, app.conf.result_backend = saved
-        _reset_pools(app)
-        purge(broker)
+        owned.flush()
 
 
 def wait_workers(names: list[str], timeout: float = 60.0) -> None:
@@ -211,11 +201,3 @@ def wait_workers(names: list[str], timeout: float = 60.0) -> None:
         return set(names) <= seen
 
     wait_for(ready, timeout, f"workers {names} to start", poll=0.2)
-
-
-def _reset_pools(app: Any) -> None:
-    """Drop the app's broker connections so the next send uses the current broker_url."""
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
-    app.amqp._producer_pool = None

@@ -76,3 +76,39 @@ def test_prediction_export_is_keyed_by_item_prompt_and_adapter_set(labelled: dic
 def test_unknown_format_is_refused(labelled: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="unknown export format 'xml'"):
         list(export_labels(project=labelled["project"], fmt="xml"))  # type: ignore[arg-type]
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "\rCR", "=1"]
+
+
+def test_csv_export_defuses_formulas_and_jsonl_stays_exact() -> None:
+    """OWASP CSV injection: a cell a spreadsheet would evaluate gets a leading quote in CSV only."""
+    project = project_create(
+        name="formulas", labels=[LabelInput(FORMULAS[0], "A"), LabelInput("-neg", "B"), LabelInput("plain", "C")]
+    )
+    first, minus, plain = Label.objects.filter(project=project).order_by("order")
+    ann = User.objects.create_user("ann")
+    for n, external_id in enumerate([*FORMULAS[1:], "safe id", "'already quoted"]):
+        item = Item.objects.create(project=project, external_id=external_id, text=f"t{n}", text_hash=f"h{n}")
+        label = (first, minus, plain)[n % 3]
+        Annotation.objects.create(item=item, annotator=ann, label=label)
+        Item.objects.filter(id=item.id).update(final_label=label)
+    Prediction.objects.create(
+        item=Item.objects.get(external_id="-2+3"), prompt_hash="ph", adapter_set_hash="s", label=minus,
+        probs=[0.5, 0.5], mass=-0.25, uncertainty=-1.5,
+    )  # fmt: skip
+
+    exact = [json.loads(line) for line in export_labels(project=project, fmt="jsonl")]
+    assert [r["item_id"] for r in exact] == [*FORMULAS[1:], "safe id", "'already quoted"]
+    assert [r["final_label"] for r in exact][:3] == [FORMULAS[0], "-neg", "plain"]
+
+    rows = list(csv.DictReader(io.StringIO("".join(export_labels(project=project, fmt="csv")), newline="")))
+    assert [r["item_id"] for r in rows] == ["'" + f for f in FORMULAS[1:]] + ["safe id", "'already quoted"]
+    assert [r["final_label"] for r in rows][:3] == ["'" + FORMULAS[0], "'-neg", "plain"]
+    for row in rows:
+        assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in row.values()), row
+    assert json.loads(rows[0]["annotations"]) == {"ann": FORMULAS[0]}  # JSON cells start with '{': untouched
+
+    (prediction,) = csv.DictReader(io.StringIO("".join(export_predictions(project=project, fmt="csv"))))
+    assert (prediction["item_id"], prediction["label"]) == ("'-2+3", "'-neg")
+    assert (prediction["mass"], prediction["uncertainty"]) == ("-0.25", "-1.5")  # numbers stay numbers

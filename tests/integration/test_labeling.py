@@ -176,6 +176,22 @@ def test_skip_is_not_a_label_and_the_item_goes_to_others(project: Project, alice
     assert first.final_label is None
 
 
+def test_skip_needs_the_lease_like_a_label(project: Project, alice: User, bob: User) -> None:
+    held = next_item_for(project=project, annotator=alice)
+    assert held is not None
+    unleased = next(i for i in batch(project) if i != held)
+    with pytest.raises(NotLeased, match="not assigned to you"):
+        skip_submit(item=unleased, annotator=alice, reason="pushed by id")
+    with pytest.raises(NotLeased, match="not assigned to you"):
+        skip_submit(item=held, annotator=bob, reason="someone else's item")
+    assert not Skip.objects.exists()
+    assert Lease.objects.filter(item=held, annotator=alice).exists()  # hers, untouched
+    Lease.objects.filter(item=held, annotator=alice).update(expires_at=timezone.now() - timedelta(minutes=1))
+    skip_submit(item=held, annotator=alice, reason="expired, but she was shown it")
+    skip_submit(item=held, annotator=alice)  # a replay after the lease went: still the one Skip
+    assert list(Skip.objects.values_list("item_id", "annotator__username")) == [(held.pk, "alice")]
+
+
 def test_undo_revises_the_same_row(project: Project, alice: User) -> None:
     take_and_label(project, alice, "positive")
     last = take_and_label(project, alice, "negative")

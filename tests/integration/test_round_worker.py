@@ -88,7 +88,7 @@ def test_killed_worker_resumes_from_checkpoints(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", CRASH_OPTIONS)
-    with live_loop(tmp_path, settings, django_db_blocker, db_number=6) as workers:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("w1")
         # The uninterrupted reference: the same data and seed through the same kind of worker.
         (tmp_path / "ref").mkdir()

@@ -45,7 +45,7 @@ def test_two_workers_share_the_shards_and_score_each_item_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
-    with live_loop(tmp_path, settings, django_db_blocker, db_number=7) as workers:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
         workers.start("a")
         workers.start("b")
@@ -78,7 +78,7 @@ def test_a_running_shard_of_a_dead_worker_is_rerun(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
-    with live_loop(tmp_path, settings, django_db_blocker, db_number=8) as workers:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
         with rounds.sync_mode():
             second = round_request_start(project=project, user=None)
