@@ -15,6 +15,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export DEBUG=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export DJANGO_SETTINGS_MODULE=config.settings CELERY_TASK_ALWAYS_EAGER=1
+# Freed blocks go back to the pool whole instead of fragmenting it: with 30+ jobs on one GPU, reserved
+# memory (what the others cannot use) stays near allocated memory.
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export VAR_DIR=${VAR_DIR:-/root/alann-var} ENCODER_DIR=${ENCODER_DIR:-/root/b/models/all-MiniLM-L6-v2}
 export ALANN_COMMIT=${COMMIT:-unknown}

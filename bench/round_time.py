@@ -159,7 +159,7 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "options": cfg,
         "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "prefix_tokens": len(renderer.prefix_ids),
-        "mean_prompt_tokens": round(float(scored.tokens) / max(1, len(candidates) * args.k), 1),
+        "mean_prompt_tokens": round(float(scored.tokens) / max(1, len(candidates)), 1),
         "seconds": timings,
         "round_seconds": round(total, 3),
         "train_steps_per_member": min(

@@ -197,7 +197,11 @@ def train_adapter(
     if finished is not None:
         return finished
     run = _Run(Path(model_dir), renderer, examples, out, config, warm_from, fingerprint, _device(device))
-    return run.train(progress)
+    try:
+        return run.train(progress)
+    finally:
+        del run
+        release_device_memory()
 
 
 def label_probabilities(
@@ -515,15 +519,38 @@ def _device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+_BASE_CACHE: dict[tuple[str, str, bool], Any] = {}
+
+
 def _load_base(model_dir: Path, device: str, *, bf16: bool = False) -> Any:
+    """A fresh copy of the base model. The last one loaded stays in memory, untouched, so a worker
+    training K members a round copies it on the device (milliseconds) instead of reading and
+    moving the weights again (a second or two each, most of a small round's fixed cost)."""
+    import copy
+
     import torch
     from transformers import AutoModelForCausalLM
 
-    # float32 by default: CPU bf16 matmuls are slow. bf16 (GPU) holds only the frozen base weights
-    # in bf16; the LoRA weights stay float32 (autocast_adapter_dtype), so small updates survive.
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
-    return model.to(device)
+    key = (str(model_dir), device, bf16)
+    if key not in _BASE_CACHE:
+        # float32 by default: CPU bf16 matmuls are slow. bf16 (GPU) holds only the frozen base
+        # weights in bf16; the LoRA weights stay float32 (autocast_adapter_dtype), so small updates survive.
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        _BASE_CACHE.clear()  # one base at a time: a process trains one project's model
+        _BASE_CACHE[key] = model.to(device).eval()
+    return copy.deepcopy(_BASE_CACHE[key])
+
+
+def release_device_memory() -> None:
+    """Hand the CUDA allocator's cached blocks back, so other jobs on the GPU can use them."""
+    import gc
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _autocast(device: str, bf16: bool) -> Any:

@@ -52,7 +52,9 @@ class HFEngine:
         # over 64 short suffixes is launch-bound), 64 on the CPU.
         self.batch_size = batch_size or (256 if on_gpu else 64)
         # Rows × (prefix + padded suffix) per forward: the expanded prefix KV dominates activation memory.
-        self.max_batch_tokens = max_batch_tokens or (262_144 if on_gpu else 16_384)
+        # 65,536 on a GPU: every row carries its own copy of the prefix's keys/values inside the
+        # forward (rows × prefix × layers), so a long prefix at 256 rows peaked at 6 GiB for no gain.
+        self.max_batch_tokens = max_batch_tokens or (65_536 if on_gpu else 16_384)
         self.prefix_cache = prefix_cache
         self.max_cached_prefixes = max_cached_prefixes
         self._kv: OrderedDict[tuple[str, str], KV] = OrderedDict()
