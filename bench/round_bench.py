@@ -66,8 +66,7 @@ def main() -> None:
     rows: list[tuple[int, str, float, str]] = []
     user = annotator("oracle")
     for _ in range(2):
-        with rounds.sync_mode():
-            row = rounds.round_request_start(project=project, user=None)
+        row = rounds.round_request_start(project=project, user=None, run_here=True)
         for until, step in (("scoring", "begin"), ("selecting", "score"), ("labeling", "select")):
             if row.status == "labeling":
                 break

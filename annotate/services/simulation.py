@@ -259,8 +259,7 @@ ALL_STATUSES = tuple(Round.Status.values)
 def _start_round(project: Project, strategy: str) -> Round:
     from annotate.services import rounds
 
-    with rounds.sync_mode():
-        return rounds.round_request_start(project=project, user=None, strategy=strategy)
+    return rounds.round_request_start(project=project, user=None, strategy=strategy, run_here=True)
 
 
 def _advance(row: Round, stop: tuple[str, ...], seconds: dict[str, float]) -> Round:
@@ -328,7 +327,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
 
 
 def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
-    from annotate.services.rounds import device_name
+    from scoring.device import device_kind as device_name
 
     return {
         "data": data.name,
