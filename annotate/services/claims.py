@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from django.db.models import F, QuerySet
 
-from annotate.models import WorkClaim, WorkStatus
+from annotate.models import Round, WorkClaim, WorkStatus
 from annotate.services.round_state import round_fail
 from annotate.services.workers import worker_alive, worker_id
 
@@ -109,3 +109,13 @@ def run_claimed(rows: QuerySet[Any], *, round_id: int, what: str, step: Callable
         raise
     finish(rows, me=me)
     return result
+
+
+def run_round_step(round_id: int, *, status: str, kind: str, what: str, step: Callable[[Round], object]) -> Round:
+    """A round's one-unit step (plan, select, train plan, evaluate): ``step(row)`` while the round is
+    in ``status``, holding the round's ``kind`` claim; the round as it is afterwards."""
+    row = Round.objects.select_related("project").get(id=round_id)
+    if row.status == status:
+        run_claimed(work_rows(row.id, kind), round_id=row.id, what=what, step=lambda: step(row))
+    row.refresh_from_db()
+    return row

@@ -132,12 +132,9 @@ def _cost(row: Round, metrics: dict[str, Any], labels_used: int) -> dict[str, An
 
 def round_evaluate_run(*, round_id: int) -> Round:
     """evaluating → done with Round.metrics and Round.cost. Recomputes everything on a replay."""
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status == S.EVALUATING:
-        rows = claims.work_rows(row.id, WorkClaim.Kind.EVALUATE)
-        claims.run_claimed(rows, round_id=row.id, what="the evaluation", step=lambda: _evaluate(row))
-    row.refresh_from_db()
-    return row
+    return claims.run_round_step(
+        round_id, status=S.EVALUATING, kind=WorkClaim.Kind.EVALUATE, what="the evaluation", step=_evaluate
+    )
 
 
 def _evaluate(row: Round) -> None:

@@ -518,8 +518,8 @@ def import_items(
 def import_create(
     *, project: Project, path: Path, filename: str, user: Any = None, gold_for_test: bool = False
 ) -> ImportJob:
-    """Record an import; the upload view enqueues ``annotate.import_run`` once this commits."""
-    from annotate import tasks
+    """Record an import; ``annotate.import_run`` is sent once this commits."""
+    from annotate.services.queue import send_on_commit
 
     job = ImportJob.objects.create(
         project=project,
@@ -529,7 +529,7 @@ def import_create(
         total_bytes=path.stat().st_size,
         as_gold_for_test=gold_for_test,
     )
-    transaction.on_commit(lambda: tasks.import_run.delay(job.id))
+    send_on_commit("annotate.import_run", job.id)
     return job
 
 

@@ -29,13 +29,7 @@ def is_cold(row: Round) -> bool:
 def round_plan(*, round_id: int) -> Round:
     """pending → selecting (cold start, or a strategy that reads no scores) or pending → scoring
     (candidates and shards planned). Held as the round's ``plan`` unit; a replay changes nothing."""
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status == S.PENDING:
-        claims.run_claimed(
-            claims.work_rows(row.id, WorkClaim.Kind.PLAN), round_id=row.id, what="planning", step=lambda: _plan(row)
-        )
-    row.refresh_from_db()
-    return row
+    return claims.run_round_step(round_id, status=S.PENDING, kind=WorkClaim.Kind.PLAN, what="planning", step=_plan)
 
 
 def _plan(row: Round) -> None:

@@ -36,6 +36,7 @@ from django.db.models import Max, QuerySet
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims, evaluation, planning, scoring, selection, training
+from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
 from annotate.services.workers import worker_alive, worker_id
 from scoring.selection import STRATEGIES
@@ -180,11 +181,9 @@ STEPS: dict[str, Callable[..., object]] = {
 
 
 def enqueue(work: Work) -> None:
-    """Send the unit to the workers once the current transaction commits (by task name: the flow
-    imports no task module; ``annotate.gpu.*`` is routed to the gpu queue)."""
-    from celery import current_app
-
-    transaction.on_commit(lambda: current_app.tasks[work.task].apply_async(args=work.args))
+    """Send the unit to the workers once the current transaction commits (``annotate.gpu.*`` is
+    routed to the gpu queue)."""
+    send_on_commit(work.task, *work.args)
 
 
 def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:

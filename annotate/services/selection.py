@@ -30,12 +30,9 @@ PREDICTION_CHUNK = 2000
 def round_select(*, round_id: int) -> Round:
     """selecting → labeling: the batch the round's strategy picks, written once. Held as the round's
     ``select`` unit; a replay after the rows committed only finishes the move."""
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status == S.SELECTING:
-        rows = claims.work_rows(row.id, WorkClaim.Kind.SELECT)
-        claims.run_claimed(rows, round_id=row.id, what="selection", step=lambda: _select(row))
-    row.refresh_from_db()
-    return row
+    return claims.run_round_step(
+        round_id, status=S.SELECTING, kind=WorkClaim.Kind.SELECT, what="selection", step=_select
+    )
 
 
 def _select(row: Round) -> None:

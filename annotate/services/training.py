@@ -58,12 +58,9 @@ def has_plan(row: Round) -> bool:
 
 def training_plan_run(*, round_id: int) -> Round:
     """Freeze the training round's plan (once) with the total of its optimiser steps."""
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status == S.TRAINING and not has_plan(row):
-        rows = claims.work_rows(row.id, WorkClaim.Kind.TRAIN_PLAN)
-        claims.run_claimed(rows, round_id=row.id, what="the training plan", step=lambda: _write_plan(row))
-    row.refresh_from_db()
-    return row
+    return claims.run_round_step(
+        round_id, status=S.TRAINING, kind=WorkClaim.Kind.TRAIN_PLAN, what="the training plan", step=_write_plan
+    )
 
 
 def _write_plan(row: Round) -> None:
