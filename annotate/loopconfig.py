@@ -17,8 +17,11 @@ from typing import Any
 from django.conf import settings
 
 from annotate.models import Label, Project
+from scoring.device import device_kind
 from scoring.prompts import LabelSpec, PromptSpec
-from training.loop import LoopConfig, RescoringConfig, SelectionConfig
+from scoring.rescoring import RescoringConfig
+from scoring.selection import SelectionConfig
+from training.ensemble import LoopConfig
 from training.lora import TrainConfig
 
 # CPU profile: a round's retrain (2 prod members + the 2 comparison arms) must finish in minutes on
@@ -41,14 +44,8 @@ def loop_options() -> dict[str, Any]:
     return dict(configured)
 
 
-def _on_gpu() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def _profile(options: dict[str, Any]) -> dict[str, Any]:
-    name = options.get("profile") or ("gpu" if _on_gpu() else "cpu")
+    name = options.get("profile") or device_kind()
     base = GPU_PROFILE if name == "gpu" else CPU_PROFILE
     merged = {**base, **{k: v for k, v in options.items() if k != "train"}}
     merged["train"] = {**base.get("train", {}), **options.get("train", {})}

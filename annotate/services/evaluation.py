@@ -19,8 +19,9 @@ from annotate.models import AdapterVersion, Annotation, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.round_state import S, add_cost, read_plan, round_transition
+from scoring import pipeline
 from scoring.device import device_kind
-from training import loop
+from training import curves, ensemble
 
 
 def _clean(value: Any) -> Any:
@@ -38,7 +39,7 @@ def _clean(value: Any) -> Any:
 
 def _kappas(row: Round, test_ids: list[int], pred: np.ndarray, n_classes: int) -> dict[str, Any]:
     """Cohen's κ of the model against the humans on test items, next to human against human."""
-    from training.evaluate import cohen_kappa
+    from annotate.selectors.agreement import cohen_kappa
 
     pred_of = dict(zip(test_ids, pred.tolist(), strict=True))
     ids, firsts, a, b = loop_sel.human_pairs_on_test(project=row.project)
@@ -82,18 +83,18 @@ def _score_sets(row: Round, texts: list[str], y: np.ndarray) -> dict[str, tuple[
     """Metrics and mean distribution per adapter set: prod (the ensemble), prod0 (its first member
     alone), and where trained: scratch, active, random."""
     config = loop_config(row.project)
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
-    engine = loop.make_engine(config)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    engine = ensemble.make_engine(config)
     names = loop_sel.label_names(project=row.project)
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     by_arm: dict[str, list[AdapterVersion]] = {}
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
         by_arm.setdefault(adapter.arm, []).append(adapter)
     for arm, adapters in by_arm.items():
-        metrics, p_mean = loop.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(adapters), names)
+        metrics, p_mean = ensemble.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(adapters), names)
         out[arm] = (metrics, p_mean)
     if "scratch" in out and len(by_arm["prod"]) > 1:
-        metrics, p_mean = loop.evaluate_adapters(
+        metrics, p_mean = ensemble.evaluate_adapters(
             engine, renderer, texts, y, loop_sel.adapter_refs(by_arm["prod"][:1]), names
         )
         out["prod0"] = (metrics, p_mean)
@@ -170,10 +171,10 @@ def _evaluate(row: Round) -> None:
         title = f"{row.project.name}: test accuracy vs labels"
         if metrics.get("gain_text"):
             title += f"\n{metrics['gain_text']}"
-        metrics["curve_svg"] = loop.curve_svg(metrics["points"], title)
+        metrics["curve_svg"] = curves.curves_svg(metrics["points"], title)
     if "prod" in metrics:
-        metrics["reliability_svg"] = loop.reliability_svg(
-            metrics["prod"]["reliability"], f"Round {row.number} reliability"
+        metrics["reliability_svg"] = curves.reliability_svg(
+            metrics["prod"]["reliability"], title=f"Round {row.number} reliability"
         )
     add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_kind())
     with transaction.atomic():

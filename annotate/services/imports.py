@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import logging
@@ -38,6 +37,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from annotate.models import ImportJob, Item, Label, Project
+from scoring.cache import text_hash
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +91,6 @@ class ImportReport:
     duplicate_texts: int = 0
     duplicates_sample: list[list[Any]] = field(default_factory=list)
     seconds: float = 0.0
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def detect_format(filename: str) -> str:

@@ -1,7 +1,7 @@
 """The plan step of a round (pending → scoring, or pending → selecting): cold start or not, and for a
 round that reads scores, its candidates (written once to candidates.npy) and one ScoreShard per shard.
 
-Shards split the round's candidates by ``sha1(item id) % n_shards`` (training.loop.shard_of), so any
+Shards split the round's candidates by ``sha1(item id) % n_shards`` (training.pipeline.shard_of), so any
 number of gpu workers share a pool without coordination.
 """
 
@@ -14,9 +14,9 @@ from annotate.models import Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.round_state import S, round_score_dir, round_transition
+from scoring import pipeline
 from scoring.files import atomic_save_npy
 from scoring.selection import NEEDS_SCORES
-from training import loop
 
 
 def is_cold(row: Round) -> bool:
@@ -60,7 +60,7 @@ def scoring_plan(*, round: Round) -> list[int]:
     from scoring.rescoring import choose_candidates
 
     config = loop_config(round.project)
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=round.project, before_number=round.number))
     path = round_score_dir(round) / "candidates.npy"
     if path.is_file():
@@ -73,11 +73,11 @@ def scoring_plan(*, round: Round) -> list[int]:
             last_ids=last_ids,
             last_uncertainty=last_u,
             carry_top_share=config.rescoring.carry_top_share,
-            rng=loop.step_rng(round.seed, "candidates"),
+            rng=pipeline.step_rng(round.seed, "candidates"),
         )
         atomic_save_npy(path, candidates)
-    n_shards = loop.n_shards_for(len(candidates), config.rescoring.n_shards)
-    counts = np.bincount(loop.shard_of(candidates, n_shards), minlength=n_shards)
+    n_shards = pipeline.n_shards_for(len(candidates), config.rescoring.n_shards)
+    counts = np.bincount(pipeline.shard_of(candidates, n_shards), minlength=n_shards)
     for shard in range(n_shards):
         ScoreShard.objects.get_or_create(
             round=round, shard=shard, defaults={"n_shards": n_shards, "n_items": int(counts[shard])}

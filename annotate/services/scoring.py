@@ -7,7 +7,7 @@ chunk through the score cache (a killed worker loses one chunk), written to
 shard is never rescored. ``scoring_finish`` (called by the round flow once no shard is left undone)
 moves the round to selecting, once.
 
-The same three moves — claim a shard, score it through ``training.loop.score_items``, publish the
+The same three moves — claim a shard, score it through ``training.pipeline.score_items``, publish the
 file and mark it done — serve any pool-scoring job (see docs/INTERFACES.md, "claims").
 """
 
@@ -26,8 +26,9 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.round_state import S, add_cost, round_score_dir, round_transition
 from annotate.services.workers import worker_id
+from scoring import pipeline
 from scoring.device import device_kind
-from training import loop
+from training import ensemble
 
 MAX_SHARD_ATTEMPTS = claims.MAX_ATTEMPTS
 
@@ -65,19 +66,19 @@ def _score(shard: ScoreShard) -> None:
     row = shard.round
     config = loop_config(row.project)
     candidates = np.load(round_score_dir(row) / "candidates.npy")
-    ids = candidates[loop.shard_of(candidates, shard.n_shards) == shard.shard]
+    ids = candidates[pipeline.shard_of(candidates, shard.n_shards) == shard.shard]
     items = dict(Item.objects.filter(id__in=ids.tolist()).values_list("id", "text"))
     hashes = dict(Item.objects.filter(id__in=ids.tolist()).values_list("id", "text_hash"))
     refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=row.project, before_number=row.number))
     require_current(adapter_set_hash(refs), row.adapter_set_hash)
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     require_current(renderer.prompt_hash, row.prompt_hash)
 
     def progress(n: int) -> None:
         Round.objects.filter(id=row.id).update(items_scored=F("items_scored") + n)
 
-    scored = loop.score_items(
-        loop.make_engine(config),
+    scored = pipeline.score_items(
+        ensemble.make_engine(config),
         renderer,
         [items[int(i)] for i in ids],
         [hashes[int(i)] for i in ids],
@@ -85,11 +86,11 @@ def _score(shard: ScoreShard) -> None:
         cache=score_cache(),
         first_pass_share=config.rescoring.first_pass_share,
         kind=config.selection.uncertainty,
-        rng=loop.step_rng(row.seed, f"second-stage-{shard.shard}"),
+        rng=pipeline.step_rng(row.seed, f"second-stage-{shard.shard}"),
         progress=progress,
     )
     path = round_score_dir(row) / f"shard_{shard.shard:04d}.npz"
-    loop.save_shard(path, ids, scored)
+    pipeline.save_shard(path, ids, scored)
     claims.finish(
         ScoreShard.objects.filter(id=shard.id),
         me=worker_id(),

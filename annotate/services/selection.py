@@ -22,7 +22,8 @@ from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, Work
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
-from training import loop
+from scoring import pipeline
+from training import ensemble
 
 PREDICTION_CHUNK = 2000
 
@@ -151,12 +152,12 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
             proxy_p = _proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
             committee_p = committee_distribution(mean_p, proxy_p, config.k)
-    sel = loop.select(
+    sel = pipeline.select(
         cold=cold,
         strategy=round.strategy,
         n_eligible=len(ids),
         config=config.selection,
-        rng=loop.step_rng(round.seed, "select"),
+        rng=pipeline.step_rng(round.seed, "select"),
         uncertainty=u,
         emb=emb,
         labeled_emb=labeled_emb,
@@ -178,7 +179,7 @@ def _proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.nda
 
 
 def _eligible_scored(
-    row: Round, config: loop.LoopConfig, eligible: np.ndarray
+    row: Round, config: ensemble.LoopConfig, eligible: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The round's scored rows still eligible: ids, uncertainty, the ensemble's mean distribution;
     the review count in metrics."""
@@ -191,16 +192,16 @@ def _eligible_scored(
     return ids, u, mean_p
 
 
-def _scored_candidates(row: Round, config: loop.LoopConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _scored_candidates(row: Round, config: ensemble.LoopConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Full-ensemble rows of the round's shards → predictions, review bucket; (ids, uncertainty,
     mean distribution, moved)."""
     from scoring.cache import require_current
 
     require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
     paths = [Path(p) for p in ScoreShard.objects.filter(round=row).order_by("shard").values_list("path", flat=True)]
-    ids, p, mass, full = loop.load_shards(paths)
+    ids, p, mass, full = pipeline.load_shards(paths)
     ids, p, mass = ids[full], p[:, full], mass[:, full]
-    sig = loop.signals(p, mass, config.selection)
+    sig = pipeline.signals(p, mass, config.selection)
     predictions_upsert(
         round=row,
         item_ids=ids,

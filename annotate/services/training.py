@@ -33,8 +33,9 @@ from annotate.services.round_state import (
     round_transition,
     write_plan,
 )
+from scoring import pipeline
 from scoring.device import device_kind
-from training import loop
+from training import ensemble
 
 
 def train_plan(row: Round, labeled: loop_sel.Labeled, k: int) -> Plan:
@@ -45,9 +46,9 @@ def train_plan(row: Round, labeled: loop_sel.Labeled, k: int) -> Plan:
     # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
     if not loop_options().get("arms", True):
         return plan
-    if loop.is_scratch_round(row.number, row.project.scratch_every):
+    if ensemble.is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
-    for arm, positions in loop.arm_training_sets(labeled.sources, loop.step_rng(row.seed, "arms")).items():
+    for arm, positions in ensemble.arm_training_sets(labeled.sources, pipeline.step_rng(row.seed, "arms")).items():
         plan[f"{arm}:0"] = [pairs[i] for i in positions]
     return plan
 
@@ -130,8 +131,8 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
                 train_steps_done=Least(F("train_steps_done") + delta, F("train_steps_total"))
             )
 
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
-    trained = loop.train_member(
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    trained = ensemble.train_member(
         config=config,
         renderer=renderer,
         texts=[texts[i] for i in ids],

@@ -12,9 +12,9 @@ from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreSh
 from annotate.selectors import loop as loop_sel
 from annotate.services import selection
 from annotate.services.rounds import round_request_start, round_run_sync
+from scoring.pipeline import step_rng
 from scoring.selection import select_strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
-from training.loop import step_rng
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
