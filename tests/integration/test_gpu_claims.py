@@ -31,8 +31,8 @@ from tests.integration.round_helpers import (
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data, pytest.mark.timeout(420)]
 
-# 4 prod members of 16 steps each, a checkpoint after every step: long enough to kill one mid-way.
-SLOW_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 16, "batch_size": 4, "checkpoint_every": 1}}'
+# 4 prod members of 30 steps each, a checkpoint after every step: long enough to kill one mid-way.
+SLOW_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 30, "batch_size": 4, "checkpoint_every": 1}}'
 
 
 def _hashes(project: Any) -> dict[tuple[str, int], str]:
@@ -62,7 +62,7 @@ def test_two_gpu_workers_and_a_restart_train_each_adapter_exactly_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", SLOW_OPTIONS)
-    with live_loop(tmp_path, settings, django_db_blocker, db_number=9) as workers:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("a")
         workers.start("b")
         wait_workers(["a", "b"])
@@ -82,6 +82,8 @@ def test_two_gpu_workers_and_a_restart_train_each_adapter_exactly_once(
         victim = running.order_by("key").first()
         assert victim is not None, "no adapter was training at the kill; the test proves nothing"
         workers.kill(_owner(workers, victim.worker))
+        victim.refresh_from_db()
+        assert victim.status == "running", "the adapter finished before the kill; the test proves nothing"
         assert round_status(first.id) == "training"
         time.sleep(0.5)
         workers.start("a2")  # its startup sends again what the round still needs
@@ -104,7 +106,7 @@ def test_a_worker_started_during_run_sync_leaves_the_round_alone(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", SLOW_OPTIONS)
-    with live_loop(tmp_path, settings, django_db_blocker, db_number=10) as workers:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, ensemble_k=2)
         first = round_request_start(project=project, user=None, run_here=True)
         assert round_run_sync(round_id=first.id).status == "labeling"
