@@ -365,6 +365,9 @@ class WorkClaim(models.Model):
     worker = models.CharField(max_length=200, blank=True)  # host:pid of the process holding it
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    # drive: refreshed by the driver while it runs, so a process on another host (no pid to check,
+    # no Celery node to ping) can tell a live driver from a dead one.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["round", "kind", "key"], name="workclaim_unique")]

@@ -38,6 +38,7 @@ class LoopConfig:
     rescoring: RescoringConfig
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...] = field(default=())
+    arms: bool = True  # train the in-round active / random comparison arms
 
 
 ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}

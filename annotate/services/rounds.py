@@ -26,19 +26,21 @@ write a row or one guarded move and call ``round_advance``; the heavy work runs 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
+from django.utils import timezone
 
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims, evaluation, planning, scoring, selection, training
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
-from annotate.services.workers import worker_alive, worker_id
+from annotate.services.workers import on_this_host, worker_alive, worker_id
 from scoring.selection import STRATEGIES
 
 ACTIVE_STATUSES = Round.ACTIVE_STATUSES
@@ -95,7 +97,7 @@ def round_request_start(*, project: Project, user: Any, strategy: str = "active"
                 strategy=strategy,
             )
             if run_here:
-                claims.claim(claims.work_rows(new.id, K.DRIVE), me=worker_id())
+                _take_drive(claims.work_rows(new.id, K.DRIVE), holder=None)
             else:
                 round_advance(new.id)
             return new
@@ -265,28 +267,67 @@ def rounds_resume_all() -> int:
 # -- the synchronous driver -------------------------------------------------------------------------
 
 
+DRIVE_HEARTBEAT_S = 15.0  # the driver refreshes its claim this often ...
+DRIVE_STALE_S = 60.0  # ... and one silent for this long is dead (4 missed beats: a busy host, not a hang)
+
+
+def _driver(rows: QuerySet[WorkClaim]) -> tuple[str, Any] | None:
+    """(worker, heartbeat) of the process holding the drive claim, or None."""
+    return rows.filter(status=WorkClaim.Status.RUNNING).values_list("worker", "heartbeat_at").first()
+
+
+def _driver_alive(worker: str, heartbeat: Any) -> bool:
+    """Same host: the pid decides. Another host (run-sync in the web container, workers elsewhere):
+    a heartbeat within DRIVE_STALE_S."""
+    if on_this_host(worker):
+        return worker == worker_id() or worker_alive(worker)
+    return heartbeat is not None and (timezone.now() - heartbeat).total_seconds() < DRIVE_STALE_S
+
+
 def driven(row: Round) -> bool:
     """Whether a live synchronous process (this one included) holds the round's drive claim."""
-    holder = (
-        WorkClaim.objects.filter(round=row, kind=K.DRIVE, status=WorkClaim.Status.RUNNING)
-        .values_list("worker", flat=True)
-        .first()
-    )
-    return holder is not None and (holder == worker_id() or worker_alive(holder))
+    holder = _driver(WorkClaim.objects.filter(round=row, kind=K.DRIVE))
+    return holder is not None and _driver_alive(*holder)
+
+
+def _take_drive(rows: QuerySet[WorkClaim], *, holder: tuple[str, Any] | None) -> bool:
+    """The drive claim for this process: free, or held by ``holder`` (mine, or found dead)."""
+    fields = {"status": WorkClaim.Status.RUNNING, "worker": worker_id(), "heartbeat_at": timezone.now()}
+    if holder is None:
+        return bool(rows.exclude(status=WorkClaim.Status.RUNNING).update(**fields))
+    return bool(rows.filter(status=WorkClaim.Status.RUNNING, worker=holder[0]).update(**fields))
 
 
 @contextlib.contextmanager
 def driving(round_id: int) -> Iterator[None]:
-    """Hold the round's drive claim in this process for the duration: workers leave the round alone."""
+    """Hold the round's drive claim in this process for the duration (its heartbeat refreshed by a
+    thread): workers leave the round alone, here or on another host."""
     rows = claims.work_rows(round_id, K.DRIVE)
-    me = worker_id()
-    if not claims.claim(rows, me=me):
-        holder = rows.values_list("worker", flat=True).first()
-        raise RoundError(f"round id {round_id} is being run by another live process ({holder})")
+    holder = _driver(rows)
+    if holder is not None and holder[0] != worker_id() and _driver_alive(*holder):
+        raise RoundError(f"round id {round_id} is being run by another live process ({holder[0]})")
+    if not _take_drive(rows, holder=holder):
+        raise RoundError(f"round id {round_id}: another process took it at the same moment")
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(rows, worker_id(), stop), daemon=True)
+    beat.start()
     try:
         yield
     finally:
-        claims.release(rows, me=me)
+        stop.set()
+        beat.join()
+        claims.release(rows, me=worker_id())
+
+
+def _heartbeat(rows: QuerySet[WorkClaim], me: str, stop: threading.Event) -> None:
+    from django.db import DatabaseError, connection
+
+    try:
+        while not stop.wait(DRIVE_HEARTBEAT_S):
+            with contextlib.suppress(DatabaseError):  # a locked SQLite file: the next beat will do
+                rows.filter(status=WorkClaim.Status.RUNNING, worker=me).update(heartbeat_at=timezone.now())
+    finally:
+        connection.close()  # this thread's own connection
 
 
 def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DONE, S.FAILED)) -> Round:

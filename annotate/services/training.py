@@ -19,7 +19,7 @@ from __future__ import annotations
 from django.db.models import F
 from django.db.models.functions import Least
 
-from annotate.loopconfig import loop_config, loop_options
+from annotate.loopconfig import loop_config
 from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -38,13 +38,13 @@ from scoring.device import device_kind
 from training import ensemble
 
 
-def train_plan(row: Round, labeled: loop_sel.Labeled, k: int) -> Plan:
+def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig) -> Plan:
     """What each adapter of this round trains on: K prod members on every label, a from-scratch
     member every R rounds, and the equal-size active / random arms."""
     pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
-    plan: Plan = {f"prod:{i}": pairs for i in range(k)}
+    plan: Plan = {f"prod:{i}": pairs for i in range(config.k)}
     # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
-    if not loop_options().get("arms", True):
+    if not config.arms:
         return plan
     if ensemble.is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
@@ -70,7 +70,7 @@ def _write_plan(row: Round) -> None:
     if has_plan(row):
         return
     config = loop_config(row.project)
-    plan = train_plan(row, loop_sel.labeled_items(project=row.project), config.k)
+    plan = train_plan(row, loop_sel.labeled_items(project=row.project), config)
     steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
     Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0)
     write_plan(row, plan)  # last: the plan's existence says the totals are set

@@ -16,6 +16,10 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def on_this_host(worker: str) -> bool:
+    return worker.rpartition(":")[0] == socket.gethostname()
+
+
 def worker_alive(worker: str) -> bool:
     """Whether the process named ``host:pid`` still runs. This very process counts as dead: a claim
     it holds is one an earlier attempt of its own left (a retry), which it may take over."""

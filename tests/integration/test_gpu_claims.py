@@ -25,6 +25,7 @@ from tests.integration.round_helpers import (
     live_loop,
     round_status,
     trec_project,
+    use_loop_options,
     wait_for,
     wait_workers,
 )
@@ -61,7 +62,7 @@ def _owner(workers: Any, claim_worker: str) -> str:
 def test_two_gpu_workers_and_a_restart_train_each_adapter_exactly_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SLOW_OPTIONS)
+    use_loop_options(monkeypatch, settings, SLOW_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("a")
         workers.start("b")
@@ -105,7 +106,7 @@ def test_two_gpu_workers_and_a_restart_train_each_adapter_exactly_once(
 def test_a_worker_started_during_run_sync_leaves_the_round_alone(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SLOW_OPTIONS)
+    use_loop_options(monkeypatch, settings, SLOW_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, ensemble_k=2)
         first = round_request_start(project=project, user=None, run_here=True)

@@ -96,3 +96,16 @@ def test_a_failing_step_marks_its_unit_failed_and_raises(pending: Round) -> None
         claims.run_claimed(rows, round_id=pending.id, what="planning", step=boom)
     assert rows.get().status == "failed" and rows.get().error == "OSError: disk full"
     assert round_advance(pending.id) == [Work("annotate.round_begin", (pending.id,))]  # tried again
+
+
+def test_a_driver_on_another_host_is_live_while_its_heartbeat_is_fresh(pending: Round) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    rows = claims.work_rows(pending.id, WorkClaim.Kind.DRIVE)
+    rows.update(status="running", worker="web-container:4242", heartbeat_at=timezone.now())
+    assert rounds.driven(pending) and round_resume(round_id=pending.id) == []
+    rows.update(heartbeat_at=timezone.now() - timedelta(seconds=rounds.DRIVE_STALE_S + 1))  # it went silent
+    assert not rounds.driven(pending)
+    assert round_resume(round_id=pending.id) == [Work("annotate.round_begin", (pending.id,))]

@@ -5,6 +5,7 @@ that takes the top of its own scores, and a k-center-only round picked from the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,14 +15,14 @@ from annotate.services import selection
 from annotate.services.rounds import round_request_start, round_run_sync
 from scoring.pipeline import step_rng
 from scoring.selection import select_strategy
-from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
 
 @pytest.fixture(autouse=True)
-def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
 
 
 def _to_selecting(project: Project, strategy: str) -> Round:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,14 +13,14 @@ from annotate.models import AdapterVersion, BatchItem, Item, Prediction, Round, 
 from annotate.services import rounds, scoring, selection
 from annotate.services.round_state import round_transition
 from annotate.services.rounds import RoundError, round_request_start, round_run_sync
-from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
 
 @pytest.fixture(autouse=True)
-def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
 
 
 def test_transition_is_guarded(shared_data: Path, tiny_llama_dir: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from tests.integration.round_helpers import (
     live_loop,
     round_status,
     trec_project,
+    use_loop_options,
     wait_for,
     wait_workers,
 )
@@ -44,7 +45,7 @@ def _trained_project(shared_data: Path, tmp_path: Path, model_dir: Path) -> Any:
 def test_two_workers_share_the_shards_and_score_each_item_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
+    use_loop_options(monkeypatch, settings, SHARD_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
         workers.start("a")
@@ -77,7 +78,7 @@ def test_two_workers_share_the_shards_and_score_each_item_once(
 def test_a_running_shard_of_a_dead_worker_is_rerun(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
+    use_loop_options(monkeypatch, settings, SHARD_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
         second = round_request_start(project=project, user=None, run_here=True)
