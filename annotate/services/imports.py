@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -583,7 +584,7 @@ def _fail(job: ImportJob, error: str) -> ImportJob:
 def imports_resume_all() -> int:
     """Enqueue every import that is pending or was running (a worker start calls it: an import whose
     worker was killed continues). A job still running elsewhere is left to it by ``import_run``."""
-    from annotate import tasks
+    from annotate.services.queue import send_on_commit
 
     ids = list(
         ImportJob.objects.filter(status__in=[ImportJob.Status.PENDING, ImportJob.Status.RUNNING]).values_list(
@@ -591,7 +592,7 @@ def imports_resume_all() -> int:
         )
     )
     for job_id in ids:
-        tasks.import_run.delay(job_id)
+        send_on_commit("annotate.import_run", job_id)
     return len(ids)
 
 
