@@ -39,8 +39,11 @@ def held_by_live(worker: str) -> bool:
     return bool(worker) and worker_alive(worker)
 
 
-def needs_worker(rows: QuerySet[Any]) -> QuerySet[Any]:
-    """The rows no live process is on: everything but done, less running rows whose worker lives."""
+def needs_worker(rows: QuerySet[Any], *, check_running: bool = True) -> QuerySet[Any]:
+    """The rows no live process is on: everything but done, less running rows whose worker lives
+    (``check_running=False``: less every running row, without asking whether its worker lives)."""
+    if not check_running:
+        return rows.exclude(status__in=[S.DONE, S.RUNNING])
     live = [r.pk for r in rows.filter(status=S.RUNNING).only("pk", "worker") if held_by_live(r.worker)]
     return rows.exclude(status=S.DONE).exclude(pk__in=live)
 

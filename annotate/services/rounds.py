@@ -222,9 +222,12 @@ def _settle(row: Round) -> None:
         row.refresh_from_db()
 
 
-def missing_work(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
-    """The units of the round's status that no live process holds and that are not done."""
-    return [(work, rows) for work, rows in _units(row) if claims.needs_worker(rows).exists()]
+def missing_work(row: Round, *, check_running: bool = True) -> list[tuple[Work, QuerySet[Any]]]:
+    """The units of the round's status that no live process holds and that are not done
+    (``check_running=False``: every running unit counts as held, no liveness check)."""
+    return [
+        (work, rows) for work, rows in _units(row) if claims.needs_worker(rows, check_running=check_running).exists()
+    ]
 
 
 def round_advance(round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False) -> list[Work]:
@@ -233,14 +236,16 @@ def round_advance(round_id: int, *, dispatch: Dispatch | None = None, resend: bo
     Without ``dispatch`` the units go to the workers: each is reserved first (marked queued by one
     conditional UPDATE), so callers racing after their steps never send one twice; ``resend`` also
     sends units already queued, whose message a dead worker or a flushed broker may have lost (the
-    worker-start resume). A round driven by a live synchronous process gets nothing. With a
+    worker-start resume). A task's follow-up (no ``resend``) takes a running unit as held without
+    asking whether its worker lives (that can cost a Celery ping per unit): a dead worker's units are
+    found by the next worker start. A round driven by a live synchronous process gets nothing. With a
     ``dispatch`` (the synchronous driver) every missing unit is handed to it and nothing is reserved."""
     row = Round.objects.select_related("project").get(id=round_id)
     if dispatch is None and driven(row):
         return []
     _settle(row)
     sent = []
-    for work, rows in missing_work(row):
+    for work, rows in missing_work(row, check_running=resend or dispatch is not None):
         if dispatch is not None:
             dispatch(work)
         elif claims.reserve(rows) or resend:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 
 def worker_id() -> str:
@@ -36,10 +38,21 @@ def worker_alive(worker: str) -> bool:
         except PermissionError:
             return True
         return not _is_zombie(int(pid))
-    from config.celery import app
+    return any(host in name for name in _celery_nodes())
 
-    replies = app.control.ping(timeout=2.0) or []
-    return any(host in name for reply in replies for name in reply)
+
+_NODES: list[Any] = [0.0, set()]  # (monotonic time of the last ping, node names that answered)
+NODES_TTL_S = 10.0  # a ping waits its whole timeout: one per 10 s serves every check in between
+
+
+def _celery_nodes() -> set[str]:
+    """Names of the Celery nodes answering a 2 s ping (reused for NODES_TTL_S)."""
+    if time.monotonic() - _NODES[0] > NODES_TTL_S:
+        from config.celery import app
+
+        replies = app.control.ping(timeout=2.0) or []
+        _NODES[:] = [time.monotonic(), {name for reply in replies for name in reply}]
+    return set(_NODES[1])
 
 
 def _is_zombie(pid: int) -> bool:
