@@ -54,7 +54,8 @@ class Command(BaseCommand):
                     self.stdout.write(json.dumps(round_json(row), default=str))
             elif action == "resume":
                 for row in Round.objects.filter(project=project, status__in=Round.ACTIVE_STATUSES):
-                    self.stdout.write(f"round {row.number}: {rounds.round_resume(round_id=row.id)}")
+                    sent = [str(work) for work in rounds.round_resume(round_id=row.id)]
+                    self.stdout.write(f"round {row.number}: {sent}")
             else:
                 self._run_sync(project, strategy)
         except rounds.RoundError as exc:
