@@ -1,24 +1,27 @@
 """Frozen configs for the plain-Python loop (scoring/, training/), built from a Project row.
 
 Project holds the knobs leads and ML staff set in the UI. The few that are per deployment rather
-than per project (context length, training steps, shard count) come from ``settings.LOOP_OPTIONS``
-or the ``ALANN_LOOP_OPTIONS`` environment variable (JSON), e.g.
-``{"max_context": 256, "n_shards": 2, "train": {"max_steps": 8}}``. Without them a CPU machine gets
-a profile that retrains the bundled SmolLM2 in minutes and a GPU machine the full one.
+than per project come from one place: ``ALANN_LOOP_OPTIONS`` (JSON) is read once, by
+config/settings.py, into ``settings.LOOP_OPTIONS``; ``loop_options()`` turns that into a checked,
+typed ``LoopOptions`` (an unknown key is an error, not a silent no-op), and ``loop_config`` is its
+only reader. E.g. ``{"max_context": 256, "n_shards": 2, "train": {"max_steps": 8}}``. Without them a
+CPU machine gets a profile that retrains the bundled SmolLM2 in minutes and a GPU machine the full one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.conf import settings
 
 from annotate.models import Label, Project
 from scoring.prompts import LabelSpec, PromptSpec
-from training.loop import LoopConfig, RescoringConfig, SelectionConfig
+from scoring.rescoring import RescoringConfig
+from scoring.selection import SelectionConfig
+from training.ensemble import LoopConfig
 from training.lora import TrainConfig
 
 # CPU profile: a round's retrain (2 prod members + the 2 comparison arms) must finish in minutes on
@@ -34,25 +37,56 @@ CPU_PROFILE: dict[str, Any] = {
 GPU_PROFILE: dict[str, Any] = {"max_context": 1024, "train": {"max_steps": 300}}
 
 
-def loop_options() -> dict[str, Any]:
-    # settings.LOOP_OPTIONS is read from the environment at start-up; the variable is read again here
-    # so a process that sets it later (tests, the simulation harness) is heard too.
-    configured = getattr(settings, "LOOP_OPTIONS", None) or json.loads(os.environ.get("ALANN_LOOP_OPTIONS", "") or "{}")
-    return dict(configured)
+@dataclass(frozen=True)
+class LoopOptions:
+    """The deployment's loop options, checked and merged over the machine's profile."""
+
+    profile: str  # "cpu" or "gpu" (default: the device this process sees)
+    max_context: int  # prompt tokens: the prefix plus the longest item must fit
+    n_shards: int  # 0: one shard per SHARD_ITEMS candidates
+    cold_mode: str  # cold-start rounds: "random" or "diversity"
+    arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
+    train: TrainConfig
+    engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
 
 
-def _on_gpu() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
+KNOWN_OPTIONS = {f.name for f in fields(LoopOptions)}
 
 
-def _profile(options: dict[str, Any]) -> dict[str, Any]:
-    name = options.get("profile") or ("gpu" if _on_gpu() else "cpu")
-    base = GPU_PROFILE if name == "gpu" else CPU_PROFILE
-    merged = {**base, **{k: v for k, v in options.items() if k != "train"}}
-    merged["train"] = {**base.get("train", {}), **options.get("train", {})}
-    return merged
+def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
+    """``raw`` (settings.LOOP_OPTIONS) over the CPU or GPU profile. ValueError names an unknown key."""
+    unknown = set(raw) - KNOWN_OPTIONS
+    if unknown:
+        raise ValueError(f"unknown loop options {sorted(unknown)} (known: {sorted(KNOWN_OPTIONS)})")
+    if raw.get("profile"):
+        profile = str(raw["profile"])
+    else:
+        from scoring.device import device_kind
+
+        profile = device_kind()
+    base = GPU_PROFILE if profile == "gpu" else CPU_PROFILE
+    return LoopOptions(
+        profile=profile,
+        max_context=int(raw.get("max_context", base["max_context"])),
+        n_shards=int(raw.get("n_shards", 0)),
+        cold_mode=str(raw.get("cold_mode", "random")),
+        arms=bool(raw.get("arms", True)),
+        train=train_config({**base.get("train", {}), **raw.get("train", {})}),
+        engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
+    )
+
+
+_PARSED: dict[str, LoopOptions] = {}
+
+
+def loop_options() -> LoopOptions:
+    """settings.LOOP_OPTIONS as a LoopOptions, parsed once per distinct value (the simulation harness
+    overrides the setting per job)."""
+    raw = dict(getattr(settings, "LOOP_OPTIONS", None) or {})
+    key = json.dumps(raw, sort_keys=True, default=str)
+    if key not in _PARSED:
+        _PARSED[key] = parse_loop_options(raw)
+    return _PARSED[key]
 
 
 def model_dir_of(project: Project) -> str:
@@ -78,13 +112,13 @@ def train_config(overrides: dict[str, Any]) -> TrainConfig:
     return replace(TrainConfig(), **overrides)
 
 
-def loop_config(project: Project, *, options: dict[str, Any] | None = None) -> LoopConfig:
-    opts = _profile(loop_options() if options is None else options)
+def loop_config(project: Project) -> LoopConfig:
+    opts = loop_options()
     return LoopConfig(
         model_dir=model_dir_of(project),
         engine=project.engine,  # type: ignore[arg-type]
         prompt=prompt_spec(project),
-        max_context=int(opts["max_context"]),
+        max_context=opts.max_context,
         k=max(1, project.ensemble_k),
         scratch_every=project.scratch_every,
         selection=SelectionConfig(
@@ -94,14 +128,15 @@ def loop_config(project: Project, *, options: dict[str, Any] | None = None) -> L
             mass_threshold=project.mass_threshold,
             uncertainty=project.uncertainty,  # type: ignore[arg-type]
             cold_start_batches=project.cold_start_batches,
-            cold_mode=opts.get("cold_mode", "random"),
+            cold_mode=opts.cold_mode,  # type: ignore[arg-type]
         ),
         rescoring=RescoringConfig(
             candidate_sample=project.candidate_sample,
             carry_top_share=project.carry_top_share,
             first_pass_share=project.first_pass_share,
-            n_shards=int(opts.get("n_shards", 0)),
+            n_shards=opts.n_shards,
         ),
-        train=train_config(opts["train"]),
-        engine_options=tuple(sorted(opts.get("engine_options", {}).items())),
+        train=opts.train,
+        engine_options=opts.engine_options,
+        arms=opts.arms,
     )

@@ -136,7 +136,12 @@ class Item(models.Model):
 
 
 class Round(models.Model):
-    """One turn of the loop. Status moves forward only through annotate.services (guarded)."""
+    """One turn of the loop. Status moves forward only through ``round_transition``
+    (annotate/services/round_state.py), one guarded UPDATE along ``TRANSITIONS``:
+
+        pending → scoring → selecting → labeling → training → evaluating → done      (any active → failed)
+        pending → selecting             (cold-start, random and kcenter-only rounds: nothing to score)
+    """
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -147,6 +152,23 @@ class Round(models.Model):
         EVALUATING = "evaluating"
         DONE = "done"
         FAILED = "failed"
+
+    ACTIVE_STATUSES = (
+        Status.PENDING,
+        Status.SCORING,
+        Status.SELECTING,
+        Status.LABELING,
+        Status.TRAINING,
+        Status.EVALUATING,
+    )
+    TRANSITIONS: dict[str, frozenset[str]] = {
+        Status.PENDING: frozenset({Status.SCORING, Status.SELECTING}),
+        Status.SCORING: frozenset({Status.SELECTING}),
+        Status.SELECTING: frozenset({Status.LABELING}),
+        Status.LABELING: frozenset({Status.TRAINING}),
+        Status.TRAINING: frozenset({Status.EVALUATING}),
+        Status.EVALUATING: frozenset({Status.DONE}),
+    }
 
     project = models.ForeignKey(Project, related_name="rounds", on_delete=models.CASCADE)
     number = models.PositiveIntegerField()
@@ -285,15 +307,23 @@ class AdapterVersion(models.Model):
         return f"p{self.project_id}-r{self.round_id}-{self.arm}{self.k}-{self.content_hash[:12]}"
 
 
+class WorkStatus(models.TextChoices):
+    """A unit of round work (a ScoreShard or a WorkClaim), claimed by one live process at a time
+    (annotate/services/claims.py): pending → queued (a message was sent) → running (worker = host:pid)
+    → done; failed, or running on a dead process, is claimed again."""
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 class ScoreShard(models.Model):
     """A slice of a round's pool scoring (items whose id hashes to `shard`). Checkpointed: a done
     shard is never rescored; a crashed one is retried."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
+    Status = WorkStatus
 
     round = models.ForeignKey(Round, related_name="shards", on_delete=models.CASCADE)
     shard = models.PositiveIntegerField()
@@ -309,6 +339,38 @@ class ScoreShard(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["round", "shard"], name="shard_unique")]
+
+
+class WorkClaim(models.Model):
+    """A unit of a round's work other than a score shard, claimed like one (annotate/services/claims.py)
+    so that one live process does it: planning (``plan``), choosing the batch (``select``), freezing
+    the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), the evaluation
+    (``evaluate``), and ``drive``: the whole round held by a synchronous driver (``round run-sync``,
+    the simulation), which workers then leave alone."""
+
+    class Kind(models.TextChoices):
+        PLAN = "plan"
+        SELECT = "select"
+        TRAIN_PLAN = "train_plan"
+        TRAIN = "train"
+        EVALUATE = "evaluate"
+        DRIVE = "drive"
+
+    Status = WorkStatus
+
+    round = models.ForeignKey(Round, related_name="claims", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    key = models.CharField(max_length=40, blank=True)  # train: "arm:k"; empty for the others
+    status = models.CharField(max_length=8, choices=WorkStatus.choices, default=WorkStatus.PENDING)
+    worker = models.CharField(max_length=200, blank=True)  # host:pid of the process holding it
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    # drive: refreshed by the driver while it runs, so a process on another host (no pid to check,
+    # no Celery node to ping) can tell a live driver from a dead one.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["round", "kind", "key"], name="workclaim_unique")]
 
 
 class Prediction(models.Model):
@@ -354,4 +416,6 @@ __all__ = [
     "Round",
     "ScoreShard",
     "Skip",
+    "WorkClaim",
+    "WorkStatus",
 ]

@@ -1,12 +1,13 @@
 """Celery entry points: take ids, re-read rows, call one service. Names are stable; GPU work is
 named ``annotate.gpu.*`` and routed to the ``gpu`` queue (config/celery.py).
 
-Round tasks are idempotent (guarded transitions, unique rows, checkpoints), so a redelivered or
-duplicated message is harmless. Transient errors (a locked SQLite database, a dropped Redis or
-PostgreSQL connection) are retried; any other error, or the last retry, fails the round with the
-reason (``round_fail``). Every worker, when it starts, re-enqueues what active rounds still need
-(``annotate.rounds_resume``, ``annotate.imports_resume``): that is how a round or an import continues
-after its worker was killed.
+Each round task runs one step service and then ``round_advance`` (annotate/services/rounds.py), which
+dispatches what comes next. Round tasks are idempotent (every unit is claimed by one live worker,
+guarded transitions, unique rows, checkpoints), so a redelivered or duplicated message is harmless.
+Transient errors (a locked SQLite database, a dropped Redis or PostgreSQL connection) are retried; any
+other error, or the last retry, fails the round with the reason (``round_fail``). Every worker, when
+it starts, sends again what active rounds still need (``annotate.rounds_resume``,
+``annotate.imports_resume``): that is how a round or an import continues after its worker was killed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class RoundTask(Task):  # type: ignore[misc]
     """Fails the round (first argument) once the task gives up."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        from annotate.services.rounds import round_fail
+        from annotate.services.round_state import round_fail
 
         round_id = args[0] if args else kwargs.get("round_id")
         if round_id is not None:
@@ -40,25 +41,40 @@ def import_run(job_id: int) -> str:
     return run(job_id=job_id).status
 
 
+def _then_advance(round_id: int, result: Any) -> Any:
+    """After a step: let the round flow dispatch whatever comes next (it alone knows the order)."""
+    from annotate.services.rounds import round_advance
+
+    round_advance(round_id)
+    return result
+
+
 @shared_task(name="annotate.round_begin", base=RoundTask, **RETRY)
 def round_begin(round_id: int) -> str:
-    from annotate.services.rounds import round_begin as run
+    from annotate.services.planning import round_plan
 
-    return run(round_id=round_id).status
+    return str(_then_advance(round_id, round_plan(round_id=round_id).status))
 
 
 @shared_task(name="annotate.gpu.score_shard", base=RoundTask, **RETRY)
 def score_shard(round_id: int, shard: int) -> str:
     from annotate.services.scoring import score_shard_run
 
-    return score_shard_run(round_id=round_id, shard=shard).status
+    return str(_then_advance(round_id, score_shard_run(round_id=round_id, shard=shard).status))
 
 
 @shared_task(name="annotate.round_select", base=RoundTask, **RETRY)
 def round_select(round_id: int) -> str:
-    from annotate.services.rounds import round_select as run
+    from annotate.services.selection import round_select as run
 
-    return run(round_id=round_id).status
+    return str(_then_advance(round_id, run(round_id=round_id).status))
+
+
+@shared_task(name="annotate.round_plan_training", base=RoundTask, **RETRY)
+def round_plan_training(round_id: int) -> str:
+    from annotate.services.training import training_plan_run
+
+    return str(_then_advance(round_id, training_plan_run(round_id=round_id).status))
 
 
 @shared_task(name="annotate.gpu.train_adapter", base=RoundTask, **RETRY)
@@ -66,14 +82,14 @@ def train_adapter(round_id: int, arm: str, k: int) -> str:
     from annotate.services.training import train_adapter_run
 
     adapter = train_adapter_run(round_id=round_id, arm=arm, k=k)
-    return adapter.content_hash if adapter is not None else ""
+    return str(_then_advance(round_id, adapter.content_hash if adapter is not None else ""))
 
 
 @shared_task(name="annotate.gpu.round_evaluate", base=RoundTask, **RETRY)
 def round_evaluate(round_id: int) -> str:
-    from annotate.services.training import round_evaluate_run
+    from annotate.services.evaluation import round_evaluate_run
 
-    return round_evaluate_run(round_id=round_id).status
+    return str(_then_advance(round_id, round_evaluate_run(round_id=round_id).status))
 
 
 @shared_task(name="annotate.rounds_resume", **RETRY)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Selection bench on the GPU machine (one H200; python 3.12, torch 2.11 cuda, no faiss, no Django):
+# Selection bench on the GPU machine (one H200; python 3.12, torch 2.11 cuda, no Django):
 #   OUT=/path/to/results bash bench/gpu_select.sh
 # k-center on torch cuda with M=40,000 candidates, B=5,000, L=50,000 labeled, d=384 (goal < 2 s),
-# plus a cuda-vs-cpu pick parity row. faiss rows are skipped there (not installed). MiniLM embedding
+# plus a cuda-vs-cpu pick parity row. MiniLM embedding
 # throughput runs only if an encoder directory is given (ENCODER_DIR, e.g. carried by
 # `build-bundle.sh --embedder`); otherwise that row says "skipped".
 set -uo pipefail
@@ -15,6 +15,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 ENCODER_ARGS=()
 [ -n "${ENCODER_DIR:-}" ] && ENCODER_ARGS=(--encoder-dir "$ENCODER_DIR")
-timeout 600 python bench/select_bench.py --gpu --repeats 5 --faiss-pools '' "${ENCODER_ARGS[@]}" \
+timeout 600 python bench/select_bench.py --gpu --repeats 5 "${ENCODER_ARGS[@]}" \
   --out "$OUT/select.json" | tee "$OUT/table.md"
 exit "${PIPESTATUS[0]}"

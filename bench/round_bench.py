@@ -43,7 +43,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from annotate.models import Item, Round
     from annotate.services import rounds
-    from tests.integration.round_helpers import annotator, label_batch, trec_project
+    from annotate.services.oracle import annotator, label_batch, trec_project
 
     tmp = Path(os.environ["VAR_DIR"]) / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -66,8 +66,7 @@ def main() -> None:
     rows: list[tuple[int, str, float, str]] = []
     user = annotator("oracle")
     for _ in range(2):
-        with rounds.sync_mode():
-            row = rounds.round_request_start(project=project, user=None)
+        row = rounds.round_request_start(project=project, user=None, run_here=True)
         for until, step in (("scoring", "begin"), ("selecting", "score"), ("labeling", "select")):
             if row.status == "labeling":
                 break

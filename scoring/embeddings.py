@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from scoring.files import atomic_save_npy
 
 # 64 texts per forward pass: MiniLM's throughput on 2 CPU cores is flat from 32 to 128 and the
 # padding waste of longer batches grows; on a GPU pass a larger batch_size.
@@ -108,12 +109,7 @@ class EmbeddingCache:
         # Time-ordered names so "first shard wins" means "oldest wins"; uuid for uniqueness.
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
         for suffix, array in ((".hashes.npy", np.array(hashes, dtype=str)), (".vec.npy", vectors)):
-            tmp = self.dir / f"{name}{suffix}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, array, allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.dir / f"{name}{suffix}")
+            atomic_save_npy(self.dir / f"{name}{suffix}", array, durable=True)
 
     def _refresh(self) -> None:
         """Pick up shards written since the last call (by this or any other process)."""

@@ -11,6 +11,7 @@ Pure functions; randomness comes from the ``numpy.random.Generator`` passed in.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,3 +80,11 @@ def second_stage(first_uncertainty: np.ndarray, first_pass_share: float, rng: np
     if first_pass_share >= 1.0:
         return np.arange(len(first_uncertainty))
     return top_share(first_uncertainty, first_pass_share, rng)
+
+
+@dataclass(frozen=True)
+class RescoringConfig:
+    candidate_sample: int  # 0: the whole pool
+    carry_top_share: float
+    first_pass_share: float  # < 1: one adapter first, all K on this top share
+    n_shards: int = 0  # 0: one shard per SHARD_ITEMS candidates

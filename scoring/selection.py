@@ -399,3 +399,17 @@ def _farthest_first(cand: torch.Tensor, nearest: torch.Tensor, k: int) -> torch.
         torch.maximum(nearest, sims, out=nearest)
         nearest.index_fill_(0, i, float("inf"))  # never again, even against exact duplicates
     return picks
+
+
+ColdMode = Literal["random", "diversity"]
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    batch_size: int  # B
+    oversample: float  # M / B
+    random_share: float  # share of B drawn uniformly (the random arm trains on these)
+    mass_threshold: float  # ensemble-mean label mass under this: review bucket
+    uncertainty: Literal["margin", "entropy", "bald"] = "margin"
+    cold_start_batches: int = 1
+    cold_mode: ColdMode = "random"

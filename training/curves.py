@@ -96,3 +96,11 @@ def _to_svg(figure: Any) -> str:
     with matplotlib.rc_context(_SVG_RC):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     return buffer.getvalue()
+
+
+def curves_svg(points: Sequence[dict[str, Any]], title: str) -> str:
+    """Learning curves (test accuracy vs labels used) of the prod, active and random arms."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for point in points:
+        series.setdefault(str(point["arm"]), []).append((int(point["labels"]), float(point["accuracy"])))
+    return learning_curve_svg({arm: sorted(xy) for arm, xy in series.items()}, title=title)

@@ -1,5 +1,6 @@
-"""Evaluation on the fixed test set and agreement statistics: pure functions over numpy arrays that
-return JSON-ready values (floats, ints, lists), ready to store on a round's metrics row.
+"""Evaluation on the fixed test set: pure functions over numpy arrays that return JSON-ready values
+(floats, ints, lists), ready to store on a round's metrics row. (Agreement between raters — Cohen's
+and Fleiss' κ — lives with the agreement selector, annotate/selectors/agreement.py.)
 
 Conventions:
 - Label arrays hold class indices 0..C-1; ``p_mean`` is the ensemble's mean distribution [N, C].
@@ -109,7 +110,7 @@ def _per_class(matrix: np.ndarray, label_names: Sequence[str]) -> list[dict]:
     return rows
 
 
-# -- agreement ----------------------------------------------------------------------------------
+# -- confusion ----------------------------------------------------------------------------------
 
 
 def confusion(a: np.ndarray, b: np.ndarray, n_classes: int) -> np.ndarray:
@@ -122,52 +123,6 @@ def confusion(a: np.ndarray, b: np.ndarray, n_classes: int) -> np.ndarray:
     matrix = np.zeros((n_classes, n_classes), dtype=np.int64)
     np.add.at(matrix, (first, second), 1)
     return matrix
-
-
-def cohen_kappa(a: np.ndarray, b: np.ndarray, n_classes: int) -> float:
-    """Cohen's κ of two raters over the same items (model vs human, or human vs human).
-
-    κ = (p_o − p_e) / (1 − p_e). When both raters use a single, identical class throughout, p_e = 1
-    and κ is 0/0; it is reported as 1.0 (they agree perfectly). NaN for no items."""
-    matrix = confusion(a, b, n_classes).astype(np.float64)
-    n = matrix.sum()
-    if n == 0:
-        return float("nan")
-    observed = np.trace(matrix) / n
-    expected = float((matrix.sum(axis=1) / n) @ (matrix.sum(axis=0) / n))
-    if expected >= 1.0:
-        return 1.0
-    return float((observed - expected) / (1.0 - expected))
-
-
-def fleiss_kappa(counts: np.ndarray) -> float:
-    """Fleiss' κ from counts[N, C] (raters who chose class c for item i).
-
-    Items may have different numbers of raters (the annotation app's reality): each item's agreement
-    uses its own n_i, class shares pool all ratings; items with fewer than two ratings are dropped.
-    With a constant number of raters this is Fleiss (1971) exactly. NaN when no item has two ratings."""
-    table = np.asarray(counts, dtype=np.float64)
-    if table.ndim != 2 or (table < 0).any():
-        raise ValueError("counts must be a non-negative [N, C] table")
-    raters = table.sum(axis=1)
-    table, raters = table[raters >= 2], raters[raters >= 2]
-    if len(table) == 0:
-        return float("nan")
-    item_agreement = ((table**2).sum(axis=1) - raters) / (raters * (raters - 1))
-    shares = table.sum(axis=0) / raters.sum()
-    expected = float((shares**2).sum())
-    observed = float(item_agreement.mean())
-    if expected >= 1.0:
-        return 1.0
-    return (observed - expected) / (1.0 - expected)
-
-
-def per_class_agreement(a: np.ndarray, b: np.ndarray, n_classes: int) -> list[float | None]:
-    """Specific (positive) agreement per class: 2·n_cc / (n_c· + n_·c), the share of the two raters'
-    uses of class c on which they agree. None for a class neither rater used."""
-    matrix = confusion(a, b, n_classes)
-    used = matrix.sum(axis=1) + matrix.sum(axis=0)
-    return [float(2 * matrix[c, c] / used[c]) if used[c] else None for c in range(n_classes)]
 
 
 # -- active vs random ---------------------------------------------------------------------------

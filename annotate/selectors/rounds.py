@@ -9,7 +9,6 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
-from annotate.services.rounds import ACTIVE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ def rounds_with_progress(*, project: Project) -> list[Round]:
 
 
 def any_round_active(*, project: Project) -> bool:
-    return Round.objects.filter(project=project, status__in=ACTIVE_STATUSES).exists()
+    return Round.objects.filter(project=project, status__in=Round.ACTIVE_STATUSES).exists()
 
 
 def test_set_status(*, project: Project) -> TestSetStatus:

@@ -38,6 +38,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from annotate.models import ImportJob, Item, Label, Project
+from scoring.cache import text_hash
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +92,6 @@ class ImportReport:
     duplicate_texts: int = 0
     duplicates_sample: list[list[Any]] = field(default_factory=list)
     seconds: float = 0.0
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def detect_format(filename: str) -> str:
@@ -518,8 +515,8 @@ def import_items(
 def import_create(
     *, project: Project, path: Path, filename: str, user: Any = None, gold_for_test: bool = False
 ) -> ImportJob:
-    """Record an import; the upload view enqueues ``annotate.import_run`` once this commits."""
-    from annotate import tasks
+    """Record an import; ``annotate.import_run`` is sent once this commits."""
+    from annotate.services.queue import send_on_commit
 
     job = ImportJob.objects.create(
         project=project,
@@ -529,7 +526,7 @@ def import_create(
         total_bytes=path.stat().st_size,
         as_gold_for_test=gold_for_test,
     )
-    transaction.on_commit(lambda: tasks.import_run.delay(job.id))
+    send_on_commit("annotate.import_run", job.id)
     return job
 
 
@@ -587,7 +584,7 @@ def _fail(job: ImportJob, error: str) -> ImportJob:
 def imports_resume_all() -> int:
     """Enqueue every import that is pending or was running (a worker start calls it: an import whose
     worker was killed continues). A job still running elsewhere is left to it by ``import_run``."""
-    from annotate import tasks
+    from annotate.services.queue import send_on_commit
 
     ids = list(
         ImportJob.objects.filter(status__in=[ImportJob.Status.PENDING, ImportJob.Status.RUNNING]).values_list(
@@ -595,7 +592,7 @@ def imports_resume_all() -> int:
         )
     )
     for job_id in ids:
-        tasks.import_run.delay(job_id)
+        send_on_commit("annotate.import_run", job_id)
     return len(ids)
 
 

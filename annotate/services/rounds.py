@@ -1,69 +1,66 @@
-"""Rounds: the state machine and the orchestration of one turn of the loop.
+"""Rounds: the requests that start and retrain them, and the round flow — the one place that knows the
+order of a round's steps.
 
-    pending → scoring → selecting → labeling → training → evaluating → done      (any → failed)
-    pending → selecting             (cold-start, random and kcenter-only rounds: nothing to score)
+    pending  ─plan→  scoring  ─score every shard→  selecting  ─select→  labeling  ─(request)→  training
+    ─train plan, then every adapter→  evaluating  ─evaluate→  done                 (any active → failed)
 
-A round is requested with a selection strategy (scoring.selection.STRATEGIES, stored in
-Round.strategy): "active" in production, the ablations for comparisons (the simulation harness runs
-them all through these services). A cold-start round ignores it: it becomes "cold-start".
+``round_advance(round_id)`` reads the database and dispatches exactly the units of work the round is
+missing in its status, after moving it on where a join is complete (every shard scored → selecting;
+every planned adapter trained → evaluating). Every task calls it after its step (annotate/tasks.py);
+every worker start calls it for all active rounds with ``resend=True`` (``rounds_resume_all``: a
+message a dead worker held is sent again); the synchronous driver ``round_run_sync`` (``manage.py
+round run-sync``, the service tests, the simulation) calls it with its own dispatcher and runs the
+units in its process.
 
-Every move goes through ``round_transition``: one conditional UPDATE (``WHERE status = from``), so a
-replayed or concurrent task can never step a round twice; the caller that wins enqueues the next
-step (``transaction.on_commit``), the others do nothing. Steps are idempotent on their own too: a
-round's batch is written once (BatchItem unique (round, item)), adapters once (AdapterVersion unique
-(round, arm, k)), shards once (ScoreShard unique (round, shard) + status).
+The step services — planning.round_plan, scoring.score_shard_run, selection.round_select,
+training.training_plan_run / train_adapter_run, evaluation.round_evaluate_run — do one step and return;
+they import neither tasks nor each other nor this module. Each unit of work is claimed by one live
+process (annotate/services/claims.py), so a duplicated message, a second worker or a restart never does
+it twice; a round whose ``drive`` claim a live synchronous process holds gets nothing from the workers.
 
-Entry points: the ML page (``round_request_start`` / ``round_request_retrain``), ``manage.py round``,
-the REST endpoint (annotate/api.py), and ``maybe_auto_retrain`` (called by the labeling service).
-``round_resume`` re-enqueues whatever a round still needs; every worker calls it for all active
-rounds when it starts, so a round whose worker was killed carries on from its checkpoints.
+Requests: the ML page (``round_request_start`` / ``round_request_retrain``), ``manage.py round``, the
+REST endpoint (annotate/api.py), and ``maybe_auto_retrain`` (called by the labeling service). They
+write a row or one guarded move and call ``round_advance``; the heavy work runs in the tasks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import json
-import os
-import time
+import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from annotate.loopconfig import loop_config
-from annotate.models import AdapterVersion, BatchItem, Project, Round
+from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
-from scoring.selection import NEEDS_SCORES, STRATEGIES
+from annotate.services import claims, evaluation, planning, scoring, selection, training
+from annotate.services.queue import send_on_commit
+from annotate.services.round_state import RoundError, S, round_transition
+from annotate.services.workers import on_this_host, worker_alive, worker_id
+from scoring.selection import STRATEGIES
 
-ACTIVE_STATUSES = (
-    Round.Status.PENDING,
-    Round.Status.SCORING,
-    Round.Status.SELECTING,
-    Round.Status.LABELING,
-    Round.Status.TRAINING,
-    Round.Status.EVALUATING,
-)
-S = Round.Status
-TRANSITIONS: dict[str, set[str]] = {
-    S.PENDING: {S.SCORING, S.SELECTING},
-    S.SCORING: {S.SELECTING},
-    S.SELECTING: {S.LABELING},
-    S.LABELING: {S.TRAINING},
-    S.TRAINING: {S.EVALUATING},
-    S.EVALUATING: {S.DONE},
-}
-MAX_REASON = 2000
+ACTIVE_STATUSES = Round.ACTIVE_STATUSES
+K = WorkClaim.Kind
 
-_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("rounds_sync", default=False)
-
-
-class RoundError(ValueError):
-    """A request the round cannot take now; the message is shown as is."""
+__all__ = [
+    "ACTIVE_STATUSES",
+    "RoundError",
+    "UnknownStrategyError",
+    "Work",
+    "driving",
+    "maybe_auto_retrain",
+    "round_advance",
+    "round_request_retrain",
+    "round_request_start",
+    "round_resume",
+    "round_run_sync",
+    "round_start_training",
+    "rounds_resume_all",
+]
 
 
 class UnknownStrategyError(RoundError):
@@ -76,77 +73,14 @@ def check_strategy(strategy: str) -> str:
     return strategy
 
 
-# -- state machine ------------------------------------------------------------------------------
-
-
-def round_transition(round_id: int, from_status: str, to_status: str, **fields: Any) -> bool:
-    """Move the round from ``from_status`` to ``to_status`` (and set ``fields``) if and only if it is
-    still in ``from_status``. True for the one caller that moved it."""
-    if to_status not in TRANSITIONS.get(from_status, set()):
-        raise RoundError(f"a round cannot go from {from_status} to {to_status}")
-    if to_status == S.DONE:
-        fields.setdefault("finished_at", timezone.now())
-    moved = Round.objects.filter(id=round_id, status=from_status).update(
-        status=to_status, updated_at=timezone.now(), **fields
-    )
-    return moved == 1
-
-
-def round_fail(*, round_id: int, reason: str) -> bool:
-    """Mark an unfinished round failed with the reason (shown on the ML page). Idempotent."""
-    moved = Round.objects.filter(id=round_id, status__in=ACTIVE_STATUSES).update(
-        status=S.FAILED, failure_reason=reason[:MAX_REASON], finished_at=timezone.now(), updated_at=timezone.now()
-    )
-    return moved == 1
-
-
-def dispatch(task: Any, *args: Any) -> None:
-    """Enqueue ``task(*args)`` once the current transaction commits (never in sync mode: the sync
-    driver runs the steps itself)."""
-    if _SYNC.get():
-        return
-    transaction.on_commit(lambda: task.delay(*args))
-
-
-@contextlib.contextmanager
-def sync_mode() -> Iterator[None]:
-    token = _SYNC.set(True)
-    try:
-        yield
-    finally:
-        _SYNC.reset(token)
-
-
-def add_cost(*, round_id: int, step: str, seconds: float, device: str, **counts: float) -> None:
-    """Accumulate a step's seconds (and counters) in Round.cost under a row lock."""
-    with transaction.atomic():
-        row = Round.objects.select_for_update().get(id=round_id)
-        cost = dict(row.cost or {})
-        steps = dict(cost.get("steps", {}))
-        entry = dict(steps.get(step, {"seconds": 0.0, "device": device}))
-        entry["seconds"] = round(float(entry.get("seconds", 0.0)) + seconds, 3)
-        entry["device"] = device
-        for key, value in counts.items():
-            entry[key] = entry.get(key, 0) + value
-        steps[step] = entry
-        cost["steps"] = steps
-        Round.objects.filter(id=round_id).update(cost=cost)
-
-
-def device_name() -> str:
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "cpu"
-
-
 # -- requests -------------------------------------------------------------------------------------
 
 
-def round_request_start(*, project: Project, user: Any, strategy: str = "active") -> Round:
-    """Create the next round (pending) with its selection strategy and enqueue its first step.
-    Refused while another is active; an unknown strategy is refused before anything is written."""
-    from annotate import tasks
-
+def round_request_start(*, project: Project, user: Any, strategy: str = "active", run_here: bool = False) -> Round:
+    """Create the next round (pending) with its selection strategy and dispatch its first step.
+    Refused while another is active; an unknown strategy is refused before anything is written.
+    ``run_here``: this process drives the round (``round_run_sync``): it is created with its drive
+    claim held here, in the same transaction, and nothing goes to the workers."""
     check_strategy(strategy)
     try:
         with transaction.atomic():
@@ -162,7 +96,10 @@ def round_request_start(*, project: Project, user: Any, strategy: str = "active"
                 seed=project.seed + number,
                 strategy=strategy,
             )
-            dispatch(tasks.round_begin, new.id)
+            if run_here:
+                _take_drive(claims.work_rows(new.id, K.DRIVE), holder=None)
+            else:
+                round_advance(new.id)
             return new
     except IntegrityError as exc:  # two clicks raced for the same number: the other one won
         raise RoundError("another request for this round was recorded at the same moment") from exc
@@ -185,6 +122,23 @@ def round_request_retrain(*, project: Project, user: Any) -> Round:
     return round_start_training(round_id=current.id)
 
 
+def round_start_training(*, round_id: int) -> Round:
+    """labeling → training (one guarded move); the training plan is frozen by a task (training_plan_run),
+    never inside the request."""
+    row = Round.objects.select_related("project").get(id=round_id)
+    if row.status in (S.TRAINING, S.EVALUATING, S.DONE):
+        return row
+    if row.status != S.LABELING:
+        raise RoundError(f"round {row.number} is {row.status}, not labeling")
+    if not Item.objects.filter(project=row.project, is_test=False, final_label__isnull=False).exists():
+        raise RoundError("no labels yet: label some of the batch first")
+    with transaction.atomic():
+        if round_transition(row.id, S.LABELING, S.TRAINING, train_steps_total=0, train_steps_done=0):
+            round_advance(row.id)
+    row.refresh_from_db()
+    return row
+
+
 def maybe_auto_retrain(round_id: int) -> bool:
     """Called by the labeling service after each label: start training once the project's
     ``auto_retrain_share`` of the round's batch has a final label. True when it started it."""
@@ -201,197 +155,111 @@ def maybe_auto_retrain(round_id: int) -> bool:
     return True
 
 
-# -- steps ----------------------------------------------------------------------------------------
+# -- the round flow -------------------------------------------------------------------------------
 
 
-def is_cold(row: Round) -> bool:
-    """Cold start: the first ``cold_start_batches`` rounds, or any round before an adapter exists."""
-    if row.number <= row.project.cold_start_batches:
-        return True
-    return not loop_sel.prod_adapters(project=row.project, before_number=row.number)
+@dataclass(frozen=True)
+class Work:
+    """One unit of a round's work: the task that does it and its arguments."""
+
+    task: str
+    args: tuple[Any, ...]
+
+    def __str__(self) -> str:
+        return f"{self.task}{self.args}"
 
 
-def round_begin(*, round_id: int) -> Round:
-    """pending → selecting (cold start, or a strategy that reads no scores) or pending → scoring
-    (shards planned and enqueued)."""
-    from annotate import tasks
-    from annotate.services import scoring
+Dispatch = Callable[[Work], None]
 
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status != S.PENDING:
-        return row
-    cold = is_cold(row)
-    if cold or row.strategy not in NEEDS_SCORES:
-        fields = {"strategy": "cold-start"} if cold else {}
-        with transaction.atomic():
-            if round_transition(row.id, S.PENDING, S.SELECTING, **fields):
-                dispatch(tasks.round_select, row.id)
-    else:
-        shards = scoring.scoring_plan(round=row)
-        with transaction.atomic():
-            if round_transition(row.id, S.PENDING, S.SCORING):
-                for shard in shards:
-                    dispatch(tasks.score_shard, row.id, shard)
-        if not shards:
-            scoring.maybe_finish_scoring(round_id=row.id)
-    row.refresh_from_db()
-    return row
+# What each unit runs: the tasks (annotate/tasks.py) call these same services, then round_advance.
+STEPS: dict[str, Callable[..., object]] = {
+    "annotate.round_begin": lambda r: planning.round_plan(round_id=r),
+    "annotate.gpu.score_shard": lambda r, shard: scoring.score_shard_run(round_id=r, shard=shard),
+    "annotate.round_select": lambda r: selection.round_select(round_id=r),
+    "annotate.round_plan_training": lambda r: training.training_plan_run(round_id=r),
+    "annotate.gpu.train_adapter": lambda r, arm, k: training.train_adapter_run(round_id=r, arm=arm, k=k),
+    "annotate.gpu.round_evaluate": lambda r: evaluation.round_evaluate_run(round_id=r),
+}
 
 
-def round_select(*, round_id: int) -> Round:
-    """selecting → labeling: the batch the round's strategy picks (BatchItem rows, source
-    cold/active/random), written once."""
-    from annotate.services import scoring
+def enqueue(work: Work) -> None:
+    """Send the unit to the workers once the current transaction commits (``annotate.gpu.*`` is
+    routed to the gpu queue)."""
+    send_on_commit(work.task, *work.args)
 
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status != S.SELECTING:
-        return row
-    if BatchItem.objects.filter(round=row).exists():  # a replay after the rows committed
-        round_transition(row.id, S.SELECTING, S.LABELING)
+
+def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
+    """Every unit of the round's current status with the claim row that tracks it."""
+    rid = row.id
+    if row.status == S.PENDING:
+        return [(Work("annotate.round_begin", (rid,)), claims.work_rows(rid, K.PLAN))]
+    if row.status == S.SCORING:
+        return [
+            (Work("annotate.gpu.score_shard", (rid, shard)), scoring.shard_rows(rid, shard))
+            for shard in ScoreShard.objects.filter(round=row).order_by("shard").values_list("shard", flat=True)
+        ]
+    if row.status == S.SELECTING:
+        return [(Work("annotate.round_select", (rid,)), claims.work_rows(rid, K.SELECT))]
+    if row.status == S.TRAINING and not training.has_plan(row):
+        return [(Work("annotate.round_plan_training", (rid,)), claims.work_rows(rid, K.TRAIN_PLAN))]
+    if row.status == S.TRAINING:
+        return [
+            (Work("annotate.gpu.train_adapter", (rid, arm, k)), claims.work_rows(rid, K.TRAIN, f"{arm}:{k}"))
+            for arm, k in training.adapters_to_train(round=row)
+        ]
+    if row.status == S.EVALUATING:
+        return [(Work("annotate.gpu.round_evaluate", (rid,)), claims.work_rows(rid, K.EVALUATE))]
+    return []  # labeling waits for people; done and failed for nothing
+
+
+def _settle(row: Round) -> None:
+    """Move the round past a completed join: every shard scored, every planned adapter trained."""
+    if row.status == S.SCORING and scoring.scoring_done(round=row):
+        scoring.scoring_finish(round_id=row.id)
         row.refresh_from_db()
-        return row
-    started = time.perf_counter()
-    chosen = scoring.choose_batch(round=row)
-    if not chosen:
-        round_fail(round_id=row.id, reason="no eligible pool items left to select")
+    if row.status == S.TRAINING and training.training_done(round=row):
+        training.training_finish(round_id=row.id)
         row.refresh_from_db()
-        return row
-    with transaction.atomic():
-        BatchItem.objects.bulk_create(
-            [
-                BatchItem(round=row, item_id=item_id, source=source, rank=rank, uncertainty=u)
-                for rank, (item_id, source, u) in enumerate(chosen)
-            ],
-            ignore_conflicts=True,
-        )
-        round_transition(row.id, S.SELECTING, S.LABELING)
-    add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
-    row.refresh_from_db()
-    return row
 
 
-def round_dir(row: Round) -> Path:
-    from annotate.services.scoring import run_key
-
-    # the creation time makes the folder unique even where a database reuses ids (see round_score_dir)
-    return Path(settings.ADAPTER_DIR) / f"project_{row.project_id}" / f"round_{row.number}-{run_key(row)}"
-
-
-Plan = dict[str, list[list[int]]]  # "arm:k" -> [[item id, label index], ...]
+def missing_work(row: Round, *, check_running: bool = True) -> list[tuple[Work, QuerySet[Any]]]:
+    """The units of the round's status that no live process holds and that are not done
+    (``check_running=False``: every running unit counts as held, no liveness check)."""
+    return [
+        (work, rows) for work, rows in _units(row) if claims.needs_worker(rows, check_running=check_running).exists()
+    ]
 
 
-def train_plan(row: Round, labeled: loop_sel.Labeled, k: int) -> Plan:
-    """What each adapter of this round trains on, frozen when training starts (a label revised
-    later cannot make a resumed member differ from an uninterrupted one): K prod members on every
-    label, a from-scratch member every R rounds, and the equal-size active / random arms."""
-    from annotate.loopconfig import loop_options
-    from training.loop import arm_training_sets, is_scratch_round, step_rng
+def round_advance(round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False) -> list[Work]:
+    """Dispatch what the round is missing now, and return it.
 
-    pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
-    plan: Plan = {f"prod:{i}": pairs for i in range(k)}
-    # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
-    if not loop_options().get("arms", True):
-        return plan
-    if is_scratch_round(row.number, row.project.scratch_every):
-        plan["scratch:0"] = pairs
-    for arm, positions in arm_training_sets(labeled.sources, step_rng(row.seed, "arms")).items():
-        plan[f"{arm}:0"] = [pairs[i] for i in positions]
-    return plan
-
-
-def write_json(path: Path, payload: Any) -> None:
-    """Write via a temp file and one rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
-
-
-def read_plan(row: Round) -> Plan:
-    return dict(json.loads((round_dir(row) / "train_plan.json").read_text()))
-
-
-def round_start_training(*, round_id: int) -> Round:
-    """labeling → training: freeze the training sets (train_plan.json) and enqueue one task per adapter."""
-    from annotate import tasks
-    from training.lora import total_steps
-
+    Without ``dispatch`` the units go to the workers: each is reserved first (marked queued by one
+    conditional UPDATE), so callers racing after their steps never send one twice; ``resend`` also
+    sends units already queued, whose message a dead worker or a flushed broker may have lost (the
+    worker-start resume). A task's follow-up (no ``resend``) takes a running unit as held without
+    asking whether its worker lives (that can cost a Celery ping per unit): a dead worker's units are
+    found by the next worker start. A round driven by a live synchronous process gets nothing. With a
+    ``dispatch`` (the synchronous driver) every missing unit is handed to it and nothing is reserved."""
     row = Round.objects.select_related("project").get(id=round_id)
-    if row.status in (S.TRAINING, S.EVALUATING, S.DONE):
-        return row
-    if row.status != S.LABELING:
-        raise RoundError(f"round {row.number} is {row.status}, not labeling")
-    labeled = loop_sel.labeled_items(project=row.project)
-    if not labeled.item_ids:
-        raise RoundError("no labels yet: label some of the batch first")
-    config = loop_config(row.project)
-    plan = train_plan(row, labeled, config.k)
-    steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
-    with transaction.atomic():
-        if not round_transition(row.id, S.LABELING, S.TRAINING, train_steps_total=steps, train_steps_done=0):
-            row.refresh_from_db()
-            return row
-        write_json(round_dir(row) / "train_plan.json", plan)  # the winner writes; nothing trains before commit
-        for key in plan:
-            arm, k = key.split(":")
-            dispatch(tasks.train_adapter, row.id, arm, int(k))
-    row.refresh_from_db()
-    return row
-
-
-def maybe_finish_training(*, round_id: int) -> bool:
-    """training → evaluating once every planned adapter exists (the guard makes it happen once)."""
-    from annotate import tasks
-
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status != S.TRAINING:
-        return False
-    done = {f"{arm}:{k}" for arm, k in AdapterVersion.objects.filter(round=row).values_list("arm", "k")}
-    if not set(read_plan(row)) <= done:
-        return False
-    with transaction.atomic():
-        moved = round_transition(row.id, S.TRAINING, S.EVALUATING)
-        if moved:
-            dispatch(tasks.round_evaluate, row.id)
-    return moved
-
-
-# -- resuming and the synchronous driver --------------------------------------------------------------
-
-
-def round_resume(*, round_id: int) -> list[str]:
-    """Re-enqueue what an active round still needs (after a worker died). Safe to call any time:
-    every step it enqueues is idempotent. Returns what it enqueued, for logs and tests."""
-    from annotate import tasks
-    from annotate.services import scoring
-
-    row = Round.objects.select_related("project").get(id=round_id)
-    sent: list[str] = []
-
-    def send(task: Any, *args: Any) -> None:
-        sent.append(f"{task.name}{args}")
-        dispatch(task, *args)
-
-    with transaction.atomic():
-        if row.status == S.PENDING:
-            send(tasks.round_begin, row.id)
-        elif row.status == S.SCORING:
-            for shard in scoring.shards_to_run(round=row):
-                send(tasks.score_shard, row.id, shard)
-            if not sent:
-                scoring.maybe_finish_scoring(round_id=row.id)
-        elif row.status == S.SELECTING:
-            send(tasks.round_select, row.id)
-        elif row.status == S.TRAINING:
-            done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=row).values_list("arm", "k")}
-            for key in sorted(set(read_plan(row)) - done):
-                arm, k = key.split(":")
-                send(tasks.train_adapter, row.id, arm, int(k))
-            if not sent:
-                maybe_finish_training(round_id=row.id)
-        elif row.status == S.EVALUATING:
-            send(tasks.round_evaluate, row.id)
+    if dispatch is None and driven(row):
+        return []
+    _settle(row)
+    sent = []
+    for work, rows in missing_work(row, check_running=resend or dispatch is not None):
+        if dispatch is not None:
+            dispatch(work)
+        elif claims.reserve(rows) or resend:
+            enqueue(work)
+        else:
+            continue
+        sent.append(work)
     return sent
+
+
+def round_resume(*, round_id: int) -> list[Work]:
+    """Send again what an active round still needs (after a worker died). Safe any time: every unit is
+    claimed before it runs. Returns what it sent, for logs and tests."""
+    return round_advance(round_id, resend=True)
 
 
 def rounds_resume_all() -> int:
@@ -401,39 +269,96 @@ def rounds_resume_all() -> int:
     return len(ids)
 
 
+# -- the synchronous driver -------------------------------------------------------------------------
+
+
+DRIVE_HEARTBEAT_S = 15.0  # the driver refreshes its claim this often ...
+DRIVE_STALE_S = 60.0  # ... and one silent for this long is dead (4 missed beats: a busy host, not a hang)
+
+
+def _driver(rows: QuerySet[WorkClaim]) -> tuple[str, Any] | None:
+    """(worker, heartbeat) of the process holding the drive claim, or None."""
+    return rows.filter(status=WorkClaim.Status.RUNNING).values_list("worker", "heartbeat_at").first()
+
+
+def _driver_alive(worker: str, heartbeat: Any) -> bool:
+    """Same host: the pid decides. Another host (run-sync in the web container, workers elsewhere):
+    a heartbeat within DRIVE_STALE_S."""
+    if on_this_host(worker):
+        return worker == worker_id() or worker_alive(worker)
+    return heartbeat is not None and (timezone.now() - heartbeat).total_seconds() < DRIVE_STALE_S
+
+
+def driven(row: Round) -> bool:
+    """Whether a live synchronous process (this one included) holds the round's drive claim."""
+    holder = _driver(WorkClaim.objects.filter(round=row, kind=K.DRIVE))
+    return holder is not None and _driver_alive(*holder)
+
+
+def _take_drive(rows: QuerySet[WorkClaim], *, holder: tuple[str, Any] | None) -> bool:
+    """The drive claim for this process: free, or held by ``holder`` (mine, or found dead)."""
+    fields = {"status": WorkClaim.Status.RUNNING, "worker": worker_id(), "heartbeat_at": timezone.now()}
+    if holder is None:
+        return bool(rows.exclude(status=WorkClaim.Status.RUNNING).update(**fields))
+    return bool(rows.filter(status=WorkClaim.Status.RUNNING, worker=holder[0]).update(**fields))
+
+
+@contextlib.contextmanager
+def driving(round_id: int) -> Iterator[None]:
+    """Hold the round's drive claim in this process for the duration (its heartbeat refreshed by a
+    thread): workers leave the round alone, here or on another host."""
+    rows = claims.work_rows(round_id, K.DRIVE)
+    holder = _driver(rows)
+    if holder is not None and holder[0] != worker_id() and _driver_alive(*holder):
+        raise RoundError(f"round id {round_id} is being run by another live process ({holder[0]})")
+    if not _take_drive(rows, holder=holder):
+        raise RoundError(f"round id {round_id}: another process took it at the same moment")
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(rows, worker_id(), stop), daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join()
+        claims.release(rows, me=worker_id())
+
+
+def _heartbeat(rows: QuerySet[WorkClaim], me: str, stop: threading.Event) -> None:
+    from django.db import DatabaseError, connection
+
+    try:
+        while not stop.wait(DRIVE_HEARTBEAT_S):
+            with contextlib.suppress(DatabaseError):  # a locked SQLite file: the next beat will do
+                rows.filter(status=WorkClaim.Status.RUNNING, worker=me).update(heartbeat_at=timezone.now())
+    finally:
+        connection.close()  # this thread's own connection
+
+
 def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DONE, S.FAILED)) -> Round:
-    """Run the round's steps in this process (no broker) until it reaches a status in ``until``;
-    the status it starts in never stops it (a round in labeling is trained and evaluated). Used by
-    ``manage.py round run-sync``, the CPU bench and the service tests."""
-    from annotate.services import scoring, training
-
-    steps: dict[str, Callable[[Round], object]] = {
-        S.PENDING: lambda r: round_begin(round_id=r.id),
-        S.SCORING: lambda r: (
-            [scoring.score_shard_run(round_id=r.id, shard=s) for s in scoring.shards_to_run(round=r)]
-            or scoring.maybe_finish_scoring(round_id=r.id)
-        ),
-        S.SELECTING: lambda r: round_select(round_id=r.id),
-        S.LABELING: lambda r: round_start_training(round_id=r.id),
-        S.TRAINING: lambda r: (
-            [training.train_adapter_run(round_id=r.id, arm=a, k=k) for a, k in _missing(r)]
-            or maybe_finish_training(round_id=r.id)
-        ),
-        S.EVALUATING: lambda r: training.round_evaluate_run(round_id=r.id),
-    }
-    with sync_mode():
+    """Run the round's steps in this process (no broker) until it reaches a status in ``until``; the
+    status it starts in never stops it (a round in labeling is trained and evaluated). The driver
+    holds the round's drive claim and runs the units ``round_advance`` hands it, then asks again."""
+    with driving(round_id):
         row = Round.objects.get(id=round_id)
-        while row.status in steps:
+        last: list[Work] | None = None
+        while row.status in ACTIVE_STATUSES:
             before = row.status
-            steps[row.status](row)
+            if before == S.LABELING:
+                round_start_training(round_id=row.id)
+            else:
+                units: list[Work] = []
+                round_advance(row.id, dispatch=units.append)
+                row.refresh_from_db()
+                if row.status == before:
+                    if not units or units == last:
+                        raise RoundError(f"round {row.number} made no progress in {before}")
+                    for unit in units:
+                        STEPS[unit.task](*unit.args)
+                    last = units
             row.refresh_from_db()
-            if row.status == before:
-                raise RoundError(f"round {row.number} made no progress in {before}")
-            if row.status in until:
-                break
+            if row.status != before:
+                last = None
+                if row.status in until:
+                    break
     return row
-
-
-def _missing(row: Round) -> list[tuple[str, int]]:
-    done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=row).values_list("arm", "k")}
-    return [(key.split(":")[0], int(key.split(":")[1])) for key in read_plan(row) if key not in done]

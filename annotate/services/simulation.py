@@ -8,8 +8,8 @@ each round one JSON record is appended to OUT/records.jsonl under a file lock, s
 share the file and a killed run keeps every finished round.
 
 The ``full-data`` job is the ceiling of the curves: K adapters trained once on the whole train split
-with the code the training service calls (training.loop.train_member), evaluated on the same test
-set with the code the evaluation service calls (training.loop.evaluate_adapters).
+with the code the training service calls (training.ensemble.train_member), evaluated on the same test
+set with the code the evaluation service calls (training.ensemble.evaluate_adapters).
 
 Round 1 is the random seed set (``seed_labels`` items, the cold-start round; identical for every
 strategy of a seed, so the curves are paired); later rounds add ``batch`` items picked by the
@@ -259,8 +259,7 @@ ALL_STATUSES = tuple(Round.Status.values)
 def _start_round(project: Project, strategy: str) -> Round:
     from annotate.services import rounds
 
-    with rounds.sync_mode():
-        return rounds.round_request_start(project=project, user=None, strategy=strategy)
+    return rounds.round_request_start(project=project, user=None, strategy=strategy, run_here=True)
 
 
 def _advance(row: Round, stop: tuple[str, ...], seconds: dict[str, float]) -> Round:
@@ -328,7 +327,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
 
 
 def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
-    from annotate.services.rounds import device_name
+    from scoring.device import device_kind as device_name
 
     return {
         "data": data.name,
@@ -430,8 +429,9 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
 
     from annotate.loopconfig import loop_config
     from annotate.selectors import loop as loop_sel
+    from scoring import pipeline
     from scoring.engines import AdapterRef
-    from training import loop
+    from training import ensemble
 
     with loop_options(spec.loop_options):
         project = job_project(spec=spec, data=data, job=job)
@@ -441,11 +441,11 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
     names = loop_sel.label_names(project=project)
     index = {name: i for i, name in enumerate(names)}
     rows = read_rows(data.train_csv)
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     started = time.perf_counter()
     refs = []
     for k in range(config.k):
-        trained = loop.train_member(
+        trained = ensemble.train_member(
             config=config,
             renderer=renderer,
             texts=[text for text, _ in rows],
@@ -460,7 +460,7 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
     train_seconds = time.perf_counter() - started
     started = time.perf_counter()
     _, texts, y = loop_sel.test_items(project=project)
-    metrics, _ = loop.evaluate_adapters(loop.make_engine(config), renderer, texts, y, refs, names)
+    metrics, _ = ensemble.evaluate_adapters(ensemble.make_engine(config), renderer, texts, y, refs, names)
     record = {
         **_context(data, spec, job),
         "round": 0,

@@ -1,52 +1,116 @@
-"""The training and evaluation steps of a round.
+"""The training steps of a round: freeze the training plan, then train one adapter per planned key.
 
-Training: one task per planned adapter (``annotate.gpu.train_adapter``): K prod members warm-started
+The plan (``training_plan_run``, the round's ``train_plan`` unit, run by a worker — never inside an
+annotator's request) reads every label once and writes ``train_plan.json``: K prod members warm-started
 from the previous round's member k, a from-scratch member every R rounds (compared with the warm
-one), and the equal-size active / random arms. ``training.lora.train_adapter`` checkpoints and
-publishes each adapter atomically under ``ADAPTER_DIR/project_<p>/round_<n>/<arm>_<k>``; the
-AdapterVersion row (unique (round, arm, k)) is written once.
+one), and the equal-size active / random arms. Labels revised later cannot make a resumed member
+differ from an uninterrupted one.
 
-Evaluation: the fixed random test set scored by the new prod ensemble, the scratch member and the
-arms; accuracy, macro-F1, per-class, confusion, ECE + reliability, Cohen's κ model-vs-human next to
-human-human; the learning-curve points and SVG; the round's cost.
+Each adapter (``train_adapter_run``, task ``annotate.gpu.train_adapter``) is a ``train`` unit with key
+"arm:k", claimed by one live worker: a second worker, a duplicated message or a restart never trains
+it twice (a worker that died mid-way is taken over, and the trainer resumes from its checkpoint).
+``training.lora.train_adapter`` publishes the adapter atomically under ``round_dir/<arm>_<k>``; the
+AdapterVersion row (unique (round, arm, k)) is written once. ``training_finish`` (called by the round
+flow once every planned adapter exists) moves the round to evaluating, once.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from typing import Any
-
-import numpy as np
-from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.db.models.functions import Least
 
 from annotate.loopconfig import loop_config
-from annotate.models import AdapterVersion, Annotation, Item, Round
+from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
-from annotate.services.rounds import (
+from annotate.services import claims
+from annotate.services.round_state import (
+    Plan,
     S,
     add_cost,
-    device_name,
-    maybe_finish_training,
+    plan_path,
     read_plan,
     round_dir,
     round_transition,
+    write_plan,
 )
-from training import loop
+from scoring import pipeline
+from scoring.device import device_kind
+from training import ensemble
+
+
+def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig) -> Plan:
+    """What each adapter of this round trains on: K prod members on every label, a from-scratch
+    member every R rounds, and the equal-size active / random arms."""
+    pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
+    plan: Plan = {f"prod:{i}": pairs for i in range(config.k)}
+    # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
+    if not config.arms:
+        return plan
+    if ensemble.is_scratch_round(row.number, row.project.scratch_every):
+        plan["scratch:0"] = pairs
+    for arm, positions in ensemble.arm_training_sets(labeled.sources, pipeline.step_rng(row.seed, "arms")).items():
+        plan[f"{arm}:0"] = [pairs[i] for i in positions]
+    return plan
+
+
+def has_plan(row: Round) -> bool:
+    return plan_path(row).is_file()
+
+
+def training_plan_run(*, round_id: int) -> Round:
+    """Freeze the training round's plan (once) with the total of its optimiser steps."""
+    return claims.run_round_step(
+        round_id, status=S.TRAINING, kind=WorkClaim.Kind.TRAIN_PLAN, what="the training plan", step=_write_plan
+    )
+
+
+def _write_plan(row: Round) -> None:
+    from training.lora import total_steps
+
+    if has_plan(row):
+        return
+    config = loop_config(row.project)
+    plan = train_plan(row, loop_sel.labeled_items(project=row.project), config)
+    steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
+    Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0)
+    write_plan(row, plan)  # last: the plan's existence says the totals are set
+
+
+def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
+    """Planned (arm, k) without an AdapterVersion that no live worker is training, in plan order."""
+    done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
+    out = []
+    for key in read_plan(round):
+        if key in done:
+            continue
+        if claims.needs_worker(claims.work_rows(round.id, WorkClaim.Kind.TRAIN, key)).exists():
+            arm, k = key.split(":")
+            out.append((arm, int(k)))
+    return out
+
+
+def training_done(*, round: Round) -> bool:
+    done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
+    return has_plan(round) and set(read_plan(round)) <= done
+
+
+def training_finish(*, round_id: int) -> bool:
+    """training → evaluating once every planned adapter exists. True for the one caller that moved it."""
+    row = Round.objects.get(id=round_id)
+    return row.status == S.TRAINING and training_done(round=row) and round_transition(row.id, S.TRAINING, S.EVALUATING)
 
 
 def train_adapter_run(*, round_id: int, arm: str, k: int) -> AdapterVersion | None:
-    """Train (or resume, or find) one planned adapter of a training round; then maybe move on."""
+    """Train (or resume, or find) one planned adapter of a training round, holding its claim. None when
+    the round is not training or a live worker holds the adapter."""
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status != S.TRAINING:
         return None
     existing = AdapterVersion.objects.filter(round=row, arm=arm, k=k).first()
-    if existing is None:
-        existing = _train(row, arm, k)
-    maybe_finish_training(round_id=row.id)
-    return existing
+    if existing is not None:
+        return existing
+    rows = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
+    return claims.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
 
 
 def _train(row: Round, arm: str, k: int) -> AdapterVersion:
@@ -67,8 +131,8 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
                 train_steps_done=Least(F("train_steps_done") + delta, F("train_steps_total"))
             )
 
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
-    trained = loop.train_member(
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    trained = ensemble.train_member(
         config=config,
         renderer=renderer,
         texts=[texts[i] for i in ids],
@@ -93,164 +157,5 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
         },
     )
     if created:
-        add_cost(round_id=row.id, step="training", seconds=trained.seconds, device=device_name(), steps=trained.steps)
+        add_cost(round_id=row.id, step="training", seconds=trained.seconds, device=device_kind(), steps=trained.steps)
     return adapter
-
-
-# -- evaluation --------------------------------------------------------------------------------------
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN / inf (no pairs for κ, one test item) become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.floating | np.integer):
-        return _clean(value.item())
-    return value
-
-
-def _kappas(row: Round, test_ids: list[int], pred: np.ndarray, n_classes: int) -> dict[str, Any]:
-    """Cohen's κ of the model against the humans on test items, next to human against human."""
-    from training.evaluate import cohen_kappa
-
-    pred_of = dict(zip(test_ids, pred.tolist(), strict=True))
-    ids, firsts, a, b = loop_sel.human_pairs_on_test(project=row.project)
-    model = [pred_of[i] for i in ids if i in pred_of]
-    human = [h for i, h in zip(ids, firsts, strict=True) if i in pred_of]
-    return {
-        "kappa_model_human": cohen_kappa(np.array(model), np.array(human), n_classes) if model else None,
-        "kappa_model_human_n": len(model),
-        "kappa_human_human": cohen_kappa(np.array(a), np.array(b), n_classes) if a else None,
-        "kappa_human_human_n": len(a),
-    }
-
-
-def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarray]], y: np.ndarray) -> dict[str, Any]:
-    """The active vs random comparison at equal labels, with the gain and its uncertainty."""
-    from training.evaluate import gain_with_uncertainty
-
-    if "active" not in scores or "random" not in scores:
-        return {}
-    n_labels = int(AdapterVersion.objects.get(round=row, arm="random", k=0).n_labels)
-    correct = {arm: scores[arm][1].argmax(axis=1) == y for arm in ("active", "random")}
-    gain = gain_with_uncertainty(
-        scores["active"][0]["accuracy"],
-        scores["random"][0]["accuracy"],
-        len(y),
-        labels=n_labels,
-        correct_active=correct["active"],
-        correct_random=correct["random"],
-    )
-    return {
-        "arms": {
-            arm: {"accuracy": scores[arm][0]["accuracy"], "macro_f1": scores[arm][0]["macro_f1"], "labels": n_labels}
-            for arm in ("active", "random")
-        },
-        "gain": gain,
-        "gain_text": gain["sentence"],
-    }
-
-
-def _score_sets(row: Round, texts: list[str], y: np.ndarray) -> dict[str, tuple[dict[str, Any], np.ndarray]]:
-    """Metrics and mean distribution per adapter set: prod (the ensemble), prod0 (its first member
-    alone), and where trained: scratch, active, random."""
-    config = loop_config(row.project)
-    renderer = loop.make_renderer(config.model_dir, config.prompt, config.max_context)
-    engine = loop.make_engine(config)
-    names = loop_sel.label_names(project=row.project)
-    out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
-    by_arm: dict[str, list[AdapterVersion]] = {}
-    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
-        by_arm.setdefault(adapter.arm, []).append(adapter)
-    for arm, adapters in by_arm.items():
-        metrics, p_mean = loop.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(adapters), names)
-        out[arm] = (metrics, p_mean)
-    if "scratch" in out and len(by_arm["prod"]) > 1:
-        metrics, p_mean = loop.evaluate_adapters(
-            engine, renderer, texts, y, loop_sel.adapter_refs(by_arm["prod"][:1]), names
-        )
-        out["prod0"] = (metrics, p_mean)
-    elif "scratch" in out:
-        out["prod0"] = out["prod"]
-    return out
-
-
-def _points(row: Round, metrics: dict[str, Any], labels_used: int) -> list[dict[str, Any]]:
-    """Learning-curve points of every finished round of the project plus this one."""
-    points: list[dict[str, Any]] = []
-    for earlier in Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("number"):
-        points.extend(p for p in (earlier.metrics or {}).get("points", []) if p.get("round") == earlier.number)
-    if "accuracy" in metrics:
-        points.append({"round": row.number, "arm": "prod", "labels": labels_used, "accuracy": metrics["accuracy"]})
-    for arm, values in metrics.get("arms", {}).items():
-        points.append({"round": row.number, "arm": arm, "labels": values["labels"], "accuracy": values["accuracy"]})
-    return points
-
-
-def _cost(row: Round, metrics: dict[str, Any], labels_used: int) -> dict[str, Any]:
-    fresh = Round.objects.get(id=row.id)
-    cost = dict(fresh.cost or {})
-    annotations = Annotation.objects.filter(round=row)
-    seconds = annotations.aggregate(s=Sum("seconds_spent"))["s"] or 0.0
-    cost.update({"labels": annotations.count(), "labels_total": labels_used, "human_minutes": round(seconds / 60, 2)})
-    previous = (
-        Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
-    )
-    before = (previous.metrics or {}) if previous is not None else {}
-    if "accuracy" in metrics and "accuracy" in before and labels_used > int(before.get("labels", 0)):
-        gained = metrics["accuracy"] - float(before["accuracy"])
-        cost["accuracy_gain_per_100_labels"] = round(100 * gained / (labels_used - int(before["labels"])), 4)
-    return cost
-
-
-def round_evaluate_run(*, round_id: int) -> Round:
-    """evaluating → done with Round.metrics and Round.cost. Recomputes everything on a replay."""
-    row = Round.objects.select_related("project").get(id=round_id)
-    if row.status != S.EVALUATING:
-        return row
-    started = time.perf_counter()
-    test_ids, texts, y = loop_sel.test_items(project=row.project)
-    labels_used = len(read_plan(row)["prod:0"])
-    metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids)}
-    if test_ids:
-        scores = _score_sets(row, texts, y)
-        prod, p_prod = scores["prod"]
-        n_classes = p_prod.shape[1]
-        metrics = {
-            "accuracy": prod["accuracy"],
-            "macro_f1": prod["macro_f1"],
-            "ece": prod["ece"],
-            **_kappas(row, test_ids, p_prod.argmax(axis=1), n_classes),
-            **metrics,
-            "prod": prod,
-            **_evaluate_arms(row, scores, y),
-        }
-        if "scratch" in scores:
-            warm, scratch = scores["prod0"][0], scores["scratch"][0]
-            metrics["scratch_vs_warm"] = {
-                "scratch_accuracy": scratch["accuracy"],
-                "warm_accuracy": warm["accuracy"],
-                "scratch_minus_warm": scratch["accuracy"] - warm["accuracy"],
-            }
-    else:
-        metrics["note"] = "the test set has no labels yet: label it (annotator test queue) or import gold labels"
-    metrics.update({k: v for k, v in (row.metrics or {}).items() if k not in metrics and not k.endswith("_svg")})
-    metrics["points"] = _points(row, metrics, labels_used)
-    if metrics["points"]:
-        title = f"{row.project.name}: test accuracy vs labels"
-        if metrics.get("gain_text"):
-            title += f"\n{metrics['gain_text']}"
-        metrics["curve_svg"] = loop.curve_svg(metrics["points"], title)
-    if "prod" in metrics:
-        metrics["reliability_svg"] = loop.reliability_svg(
-            metrics["prod"]["reliability"], f"Round {row.number} reliability"
-        )
-    add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_name())
-    with transaction.atomic():
-        round_transition(row.id, S.EVALUATING, S.DONE, metrics=_clean(metrics), cost=_cost(row, metrics, labels_used))
-    row.refresh_from_db()
-    return row

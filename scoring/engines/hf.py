@@ -41,7 +41,9 @@ class HFEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        from scoring.device import torch_device
+
+        self.device = torch_device(device)
         on_gpu = self.device.startswith("cuda")
         # float32 on CPU (bf16 matmuls are slow there and the parity test wants 1e-4); bf16 on GPU like vLLM.
         torch_dtype = getattr(torch, dtype) if dtype != "auto" else (torch.bfloat16 if on_gpu else torch.float32)

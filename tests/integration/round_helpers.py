@@ -4,7 +4,6 @@ file SQLite database the test process and the workers both see."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import signal
 import subprocess
@@ -14,73 +13,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import connections
 
-from annotate.models import Item, Label, Project, Round
-from annotate.services.imports import import_items
-from annotate.services.labeling import label_submit, next_item_for
-from annotate.services.projects import LabelInput, project_create, test_set_draw
+from annotate.models import Round
+from annotate.services.oracle import TREC_CODES, annotator, label_batch, trec_project  # noqa: F401  (the tests' helpers)
 from tests import redis_owner
 
 ROOT = Path(__file__).resolve().parents[2]
-TREC_CODES = {"abbreviation": "A", "description": "D", "entity": "E", "human": "H", "location": "L", "numeric": "N"}
 # Tiny and fast: 2 members, 3 training steps, 2 shards, checkpoints every step (so a kill mid-training
 # always finds one to resume from).
 TEST_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 3, "batch_size": 4, "checkpoint_every": 1}}'
-
-
-def trec_project(
-    data_dir: Path, tmp_path: Path, *, model_dir: Path, pool: int = 60, test: int = 16, **knobs: Any
-) -> Project:
-    """A TREC project of ``pool`` training rows; ``test`` of them form the test set with gold labels."""
-    labels = [LabelInput(name, code) for name, code in TREC_CODES.items()]
-    settings = {
-        "model_dir": str(model_dir),
-        "ensemble_k": 2,
-        "batch_size": 8,
-        "cold_start_batches": 1,
-        "candidate_sample": 0,
-        "random_share": 0.25,
-        "mass_threshold": 0.0,
-        "test_set_size": test,
-        "scratch_every": 2,
-        "seed": 7,
-    }
-    settings.update(knobs)
-    project = project_create(name=f"trec-{tmp_path.name}", labels=labels, **settings)
-    with (data_dir / "trec" / "train.csv").open() as f:
-        rows = [row for _, row in zip(range(pool), csv.DictReader(f), strict=False)]
-    path = tmp_path / "pool.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["id", "text", "label"])
-        writer.writeheader()
-        writer.writerows({"id": f"t{i}", "text": r["text"], "label": r["label"]} for i, r in enumerate(rows))
-    import_items(project=project, path=path)
-    test_set_draw(project=project)
-    for item in Item.objects.filter(project=project, is_test=True):  # gold labels of the test set
-        item.final_label = item.gold_label
-        item.save(update_fields=["final_label"])
-    return project
-
-
-def annotator(name: str = "ann") -> Any:
-    user, _ = get_user_model().objects.get_or_create(username=name)
-    return user
-
-
-def label_batch(project: Project, user: Any, *, limit: int | None = None) -> int:
-    """The simulated annotator: takes items through next_item_for and labels them with the gold label."""
-    done = 0
-    while limit is None or done < limit:
-        item = next_item_for(project=project, annotator=user)
-        if item is None:
-            break
-        assert item.gold_label_id is not None
-        label = Label.objects.get(pk=item.gold_label_id)
-        label_submit(item=item, annotator=user, label=label, seconds_spent=4.0)
-        done += 1
-    return done
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> None:
@@ -201,3 +143,12 @@ def wait_workers(names: list[str], timeout: float = 60.0) -> None:
         return set(names) <= seen
 
     wait_for(ready, timeout, f"workers {names} to start", poll=0.2)
+
+
+def use_loop_options(monkeypatch: Any, settings: Any, options: str) -> None:
+    """The test's loop options (JSON), where each process reads them: settings.LOOP_OPTIONS in this
+    process, ALANN_LOOP_OPTIONS for the workers and commands it starts."""
+    import json
+
+    monkeypatch.setenv("ALANN_LOOP_OPTIONS", options)
+    settings.LOOP_OPTIONS = json.loads(options)

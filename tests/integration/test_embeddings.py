@@ -1,5 +1,5 @@
-"""The embedding cache with the real MiniLM: each text is encoded once, ever, and the vectors feed the
-faiss index and near-duplicate detection used at import."""
+"""The embedding cache with the real MiniLM: each text is encoded once, ever; the vectors feed k-center
+selection."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from scoring.embeddings import EmbeddingCache, EmbeddingInputError
-from scoring.index import VectorIndex, near_duplicates
 
 pytestmark = pytest.mark.slow
 
@@ -81,16 +80,3 @@ def test_a_second_process_sees_the_first_ones_vectors(tmp_path: Path, encoder_di
 def test_mismatched_lengths_are_rejected(tmp_path: Path, encoder_dir: Path) -> None:
     with pytest.raises(EmbeddingInputError):
         EmbeddingCache(tmp_path, encoder_dir).embed(TEXTS[:2], _hashes(TEXTS[:1]))
-
-
-def test_index_and_near_duplicates_on_real_embeddings(tmp_path: Path, encoder_dir: Path) -> None:
-    paraphrase = "How did serfdom develop in, and then leave, Russia?"
-    texts = [*TEXTS, paraphrase]
-    emb = EmbeddingCache(tmp_path, encoder_dir, device="cpu").embed(texts, _hashes(texts))
-
-    dist, idx = VectorIndex(emb).search(emb, 2)
-    assert (idx[:, 0] == np.arange(len(texts))).all()
-    assert idx[-1, 1] == 0  # "similar items" for the paraphrase is the original
-
-    dup_of = near_duplicates(emb)
-    assert dup_of.tolist() == [-1] * len(TEXTS) + [0]

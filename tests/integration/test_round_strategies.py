@@ -5,28 +5,28 @@ that takes the top of its own scores, and a k-center-only round picked from the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
-from annotate.services import rounds, scoring
+from annotate.services import selection
 from annotate.services.rounds import round_request_start, round_run_sync
+from scoring.pipeline import step_rng
 from scoring.selection import select_strategy
-from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
-from training.loop import step_rng
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
 
 @pytest.fixture(autouse=True)
-def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
 
 
 def _to_selecting(project: Project, strategy: str) -> Round:
-    with rounds.sync_mode():
-        row = round_request_start(project=project, user=None, strategy=strategy)
+    row = round_request_start(project=project, user=None, strategy=strategy, run_here=True)
     assert row.strategy == strategy
     return round_run_sync(round_id=row.id, until=("selecting", "labeling", "failed"))
 
@@ -73,7 +73,7 @@ def test_each_strategy_selects_through_the_round_service(
     assert kc.status == "selecting" and not ScoreShard.objects.filter(round=kc).exists()
     ids = loop_sel.eligible_ids(project=project)
     labeled = loop_sel.labeled_items(project=project)
-    emb, labeled_emb = scoring.embeddings(*scoring._texts(ids)), scoring.embeddings(labeled.texts, labeled.hashes)
+    emb, labeled_emb = selection.embeddings(*selection._texts(ids)), selection.embeddings(labeled.texts, labeled.hashes)
     expected = select_strategy(
         "kcenter-only", None, emb, labeled_emb, b=8, m=8, random_share=0.25, rng=step_rng(kc.seed, "select")
     )

@@ -20,6 +20,7 @@ from tests.integration.round_helpers import (
     live_loop,
     round_status,
     trec_project,
+    use_loop_options,
     wait_for,
 )
 
@@ -42,7 +43,7 @@ def _done(round_id: int, workers: Any, timeout: float = 120.0) -> Round:
 def test_round_through_celery_worker(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("w1")
         project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
@@ -87,7 +88,7 @@ def _rows(project: Any) -> tuple[list[tuple[int, str, str, int]], dict[tuple[int
 def test_killed_worker_resumes_from_checkpoints(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", CRASH_OPTIONS)
+    use_loop_options(monkeypatch, settings, CRASH_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("w1")
         # The uninterrupted reference: the same data and seed through the same kind of worker.

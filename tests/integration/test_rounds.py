@@ -5,46 +5,46 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from annotate.models import AdapterVersion, BatchItem, Item, Prediction, Round, ScoreShard
-from annotate.services import rounds, scoring
-from annotate.services.rounds import RoundError, round_request_start, round_run_sync, round_transition
-from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project
+from annotate.services import rounds, scoring, selection
+from annotate.services.round_state import round_transition
+from annotate.services.rounds import RoundError, round_request_start, round_run_sync
+from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
 
 @pytest.fixture(autouse=True)
-def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+def _tiny_options(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
 
 
 def test_transition_is_guarded(shared_data: Path, tiny_llama_dir: Path, tmp_path: Path) -> None:
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
-    with rounds.sync_mode():
-        new = round_request_start(project=project, user=None)
+    new = round_request_start(project=project, user=None, run_here=True)
     assert round_transition(new.id, "pending", "selecting")
     assert not round_transition(new.id, "pending", "selecting")  # a replay cannot step twice
     with pytest.raises(RoundError):
         round_transition(new.id, "selecting", "done")
-    with pytest.raises(RoundError, match="still selecting"), rounds.sync_mode():
-        round_request_start(project=project, user=None)
+    with pytest.raises(RoundError, match="still selecting"):
+        round_request_start(project=project, user=None, run_here=True)
 
 
 def test_cold_start_label_train_evaluate_then_scored_round(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
-    with rounds.sync_mode():
-        first = round_request_start(project=project, user=None)
+    first = round_request_start(project=project, user=None, run_here=True)
     first = round_run_sync(round_id=first.id)
     assert first.status == "labeling" and first.strategy == "cold-start"
     batch = list(BatchItem.objects.filter(round=first).values_list("item_id", "source"))
     assert len(batch) == 8 and {s for _, s in batch} == {"cold"}
     assert not Item.objects.filter(id__in=[i for i, _ in batch], is_test=True).exists()
-    rounds.round_select(round_id=first.id)  # a replay: no second batch
+    selection.round_select(round_id=first.id)  # a replay: no second batch
     assert BatchItem.objects.filter(round=first).count() == 8
 
     assert label_batch(project, annotator()) == 8
@@ -58,8 +58,7 @@ def test_cold_start_label_train_evaluate_then_scored_round(
     assert first.cost["labels"] == 8 and first.cost["human_minutes"] == pytest.approx(8 * 4 / 60, abs=0.01)
     assert first.train_steps_done == first.train_steps_total > 0
 
-    with rounds.sync_mode():
-        second = round_request_start(project=project, user=None)
+    second = round_request_start(project=project, user=None, run_here=True)
     second = round_run_sync(round_id=second.id)
     assert second.status == "labeling", second.failure_reason
     assert second.strategy == "active" and second.items_scored == second.items_to_score > 0
@@ -95,19 +94,17 @@ def test_selection_refuses_scores_of_an_older_adapter_set(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
-    with rounds.sync_mode():
-        first = round_request_start(project=project, user=None)
+    first = round_request_start(project=project, user=None, run_here=True)
     round_run_sync(round_id=first.id)
     label_batch(project, annotator())
     round_run_sync(round_id=first.id)
-    with rounds.sync_mode():
-        second = round_request_start(project=project, user=None)
+    second = round_request_start(project=project, user=None, run_here=True)
     round_run_sync(round_id=second.id, until=("selecting",))
     Round.objects.filter(id=second.id).update(adapter_set_hash="an-older-set")
     from scoring.cache import StaleScoresError
 
     with pytest.raises(StaleScoresError):
-        rounds.round_select(round_id=second.id)
+        selection.round_select(round_id=second.id)
     assert not BatchItem.objects.filter(round=second).exists()
 
 
@@ -117,14 +114,13 @@ def test_auto_retrain_starts_training_once_the_share_is_labelled(
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     project.auto_retrain_share = 0.5
     project.save(update_fields=["auto_retrain_share"])
-    with rounds.sync_mode():
-        first = round_request_start(project=project, user=None)
+    first = round_request_start(project=project, user=None, run_here=True)
     first = round_run_sync(round_id=first.id, until=("labeling",))
     assert first.status == "labeling"
     user = annotator()
     with django_capture_on_commit_callbacks(execute=True):
         label_batch(project, user, limit=3)  # 3 of 8: under the 50 % share
     assert Round.objects.get(id=first.id).status == "labeling"
-    with rounds.sync_mode(), django_capture_on_commit_callbacks(execute=True):
+    with rounds.driving(first.id), django_capture_on_commit_callbacks(execute=True):
         label_batch(project, user, limit=1)  # 4 of 8: the labelling service starts training by itself
     assert Round.objects.get(id=first.id).status != "labeling"

@@ -5,6 +5,7 @@ a dead worker is taken over and finished."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from annotate.models import Round, ScoreShard
-from annotate.services import rounds, scoring
+from annotate.services import planning, round_state, rounds, scoring
 from annotate.services.rounds import round_request_start, round_resume, round_run_sync
 from annotate.tasks import score_shard
 from tests.integration.round_helpers import (
@@ -21,6 +22,7 @@ from tests.integration.round_helpers import (
     live_loop,
     round_status,
     trec_project,
+    use_loop_options,
     wait_for,
     wait_workers,
 )
@@ -33,8 +35,7 @@ SHARD_OPTIONS = '{"max_context": 192, "n_shards": 6, "train": {"max_steps": 2, "
 def _trained_project(shared_data: Path, tmp_path: Path, model_dir: Path) -> Any:
     """Round 1 (cold start, labelled, trained) run in this process: round 2 has adapters to score with."""
     project = trec_project(shared_data, tmp_path, model_dir=model_dir, pool=120)
-    with rounds.sync_mode():
-        first = round_request_start(project=project, user=None)
+    first = round_request_start(project=project, user=None, run_here=True)
     round_run_sync(round_id=first.id)
     label_batch(project, annotator())
     assert round_run_sync(round_id=first.id).status == "done"
@@ -44,7 +45,7 @@ def _trained_project(shared_data: Path, tmp_path: Path, model_dir: Path) -> Any:
 def test_two_workers_share_the_shards_and_score_each_item_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
+    use_loop_options(monkeypatch, settings, SHARD_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
         workers.start("a")
@@ -59,7 +60,7 @@ def test_two_workers_share_the_shards_and_score_each_item_once(
         assert len(shards) == 6 and {s.status for s in shards} == {"done"}
         assert {s.attempts for s in shards} == {1}
         assert len({s.worker for s in shards}) == 2, [s.worker for s in shards]  # both workers took shards
-        candidates = np.load(scoring.round_score_dir(second) / "candidates.npy")
+        candidates = np.load(round_state.round_score_dir(second) / "candidates.npy")
         scored = np.concatenate([np.load(s.path)["ids"] for s in shards])
         assert sorted(scored.tolist()) == sorted(candidates.tolist())  # each candidate exactly once
         assert second.items_scored == len(candidates) == sum(s.n_items for s in shards)
@@ -77,14 +78,14 @@ def test_two_workers_share_the_shards_and_score_each_item_once(
 def test_a_running_shard_of_a_dead_worker_is_rerun(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", SHARD_OPTIONS)
+    use_loop_options(monkeypatch, settings, SHARD_OPTIONS)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = _trained_project(shared_data, tmp_path, tiny_llama_dir)
-        with rounds.sync_mode():
-            second = round_request_start(project=project, user=None)
-            rounds.round_begin(round_id=second.id)  # planned, nothing enqueued
+        second = round_request_start(project=project, user=None, run_here=True)
+        with rounds.driving(second.id):
+            planning.round_plan(round_id=second.id)  # planned, nothing enqueued
         # A worker claimed shard 0 and died (its pid no longer exists); shard 1 is done by a live one.
-        dead = f"{scoring.socket.gethostname()}:{2**22 + 12345}"
+        dead = f"{socket.gethostname()}:{2**22 + 12345}"
         ScoreShard.objects.filter(round=second, shard=0).update(status="running", worker=dead, attempts=1)
         assert 0 in scoring.shards_to_run(round=Round.objects.get(id=second.id))
         workers.start("w")  # its startup resumes the round: the dead worker's shard and the pending ones

@@ -6,15 +6,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score, f1_score, precision_recall_fscore_support
 
-from training.evaluate import (
-    cohen_kappa,
-    confusion,
-    evaluate,
-    fleiss_kappa,
-    gain_with_uncertainty,
-    per_class_agreement,
-    reliability_bins,
-)
+from annotate.selectors.agreement import cohen_kappa, fleiss_kappa, per_class_agreement
+from training.evaluate import confusion, evaluate, gain_with_uncertainty, reliability_bins
 
 NAMES = ["ham", "spam", "other"]
 

@@ -3,7 +3,8 @@
 start     record the next round and enqueue it (a worker runs it)
 status    the project's rounds with their progress counters and headline metrics
 run-sync  run the current round's steps in this process, no broker (a labeling round is trained
-          and evaluated; a new round is started when none is active)
+          and evaluated; a new round is started when none is active). The process holds the round's
+          drive claim meanwhile: a worker that starts leaves the round alone
 resume    re-enqueue what the project's active rounds still need (after a worker died)
 
 --strategy picks the new round's selection (start, and run-sync when it starts one): active (the
@@ -52,18 +53,20 @@ class Command(BaseCommand):
                 for row in Round.objects.filter(project=project).order_by("number"):
                     self.stdout.write(json.dumps(round_json(row), default=str))
             elif action == "resume":
-                for row in Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES):
-                    self.stdout.write(f"round {row.number}: {rounds.round_resume(round_id=row.id)}")
+                for row in Round.objects.filter(project=project, status__in=Round.ACTIVE_STATUSES):
+                    sent = [str(work) for work in rounds.round_resume(round_id=row.id)]
+                    self.stdout.write(f"round {row.number}: {sent}")
             else:
                 self._run_sync(project, strategy)
         except rounds.RoundError as exc:
             raise CommandError(str(exc)) from exc
 
     def _run_sync(self, project: Project, strategy: str | None) -> None:
-        current = Round.objects.filter(project=project, status__in=rounds.ACTIVE_STATUSES).order_by("-number").first()
+        current = Round.objects.filter(project=project, status__in=Round.ACTIVE_STATUSES).order_by("-number").first()
         if current is None:
-            with rounds.sync_mode():
-                current = rounds.round_request_start(project=project, user=None, strategy=strategy or "active")
+            current = rounds.round_request_start(
+                project=project, user=None, strategy=strategy or "active", run_here=True
+            )
         elif strategy and strategy != current.strategy:
             self.stderr.write(
                 f"round {current.number} goes on as {current.strategy}; --strategy applies to a new round"

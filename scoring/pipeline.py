@@ -1,10 +1,10 @@
-"""One round of the loop as plain steps over arrays, paths and frozen configs (no Django).
+"""The scoring half of a round as plain steps over arrays, paths and frozen configs (no Django): the
+prompt renderer, the candidates' shards, scoring through the score cache (two-stage when asked), the
+signals selection reads, and the batch choice. The round services (annotate/services/planning.py,
+scoring.py, selection.py) call these in this order:
 
-The round services (annotate/services/rounds.py, scoring.py, training.py) and the GPU benchmark
-(bench/gpu_rounds.py) call these same functions in the same order:
-
-    candidates → shards → score (cache, two-stage) → label-mass filter → uncertainty → select
-    → labels → train K prod adapters (warm start) [+ scratch, + active/random arms] → evaluate
+    candidates → shards (shard_of) → score_items (cache, two-stage) → save_shard / load_shards
+    → signals (label-mass filter, uncertainty) → select
 
 Everything random takes a generator derived from the round's seed (``step_rng``), so a replayed or
 resumed step makes the same choices.
@@ -16,63 +16,24 @@ import hashlib
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from scoring.files import atomic_save_npz
 from scoring.prompts import PromptSpec
-from training.lora import TrainConfig
 
 if TYPE_CHECKING:
     from scoring.cache import ScoreCache
     from scoring.engines import AdapterRef, Engine
     from scoring.prompts import PromptRenderer
-    from scoring.selection import Selection
-    from training.lora import TrainedAdapter
+    from scoring.selection import Selection, SelectionConfig
 
-Arm = Literal["prod", "scratch", "active", "random"]
-ColdMode = Literal["random", "diversity"]
 # Items per engine call inside a shard: each chunk is put in the score cache as soon as it is done,
 # so a worker killed mid-shard loses at most one chunk (a few seconds of CPU, well under one on GPU).
 SCORE_CHUNK = 256
-
-
-# -- configuration ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SelectionConfig:
-    batch_size: int  # B
-    oversample: float  # M / B
-    random_share: float  # share of B drawn uniformly (the random arm trains on these)
-    mass_threshold: float  # ensemble-mean label mass under this: review bucket
-    uncertainty: Literal["margin", "entropy", "bald"] = "margin"
-    cold_start_batches: int = 1
-    cold_mode: ColdMode = "random"
-
-
-@dataclass(frozen=True)
-class RescoringConfig:
-    candidate_sample: int  # 0: the whole pool
-    carry_top_share: float
-    first_pass_share: float  # < 1: one adapter first, all K on this top share
-    n_shards: int = 0  # 0: one shard per SHARD_ITEMS candidates
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    model_dir: str
-    engine: Literal["hf", "vllm"]
-    prompt: PromptSpec
-    max_context: int
-    k: int  # ensemble size
-    scratch_every: int  # from-scratch comparison every R rounds (0: never)
-    selection: SelectionConfig
-    rescoring: RescoringConfig
-    train: TrainConfig
-    engine_options: tuple[tuple[str, Any], ...] = field(default=())
 
 
 SHARD_ITEMS = 2000  # candidates per shard when n_shards is automatic: a minute or two of CPU, seconds of GPU
@@ -98,19 +59,7 @@ def step_rng(seed: int, step: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(step.encode())])
 
 
-ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}
-
-
-def member_seed(round_seed: int, arm: Arm, k: int) -> int:
-    """Each ensemble member and arm gets its own seed (LoRA init, data order, dropout)."""
-    return (int(round_seed) * 1000 + ARM_SEED_OFFSET[arm] + k) % (2**31 - 1)
-
-
-def is_scratch_round(number: int, scratch_every: int) -> bool:
-    return scratch_every > 0 and number > 1 and number % scratch_every == 0
-
-
-# -- prompts and engines --------------------------------------------------------------------------
+# -- prompts ----------------------------------------------------------------------------------------
 
 _RENDERERS: dict[tuple[str, PromptSpec, int], PromptRenderer] = {}
 
@@ -129,12 +78,6 @@ def make_renderer(model_dir: str | Path, spec: PromptSpec, max_context: int) -> 
             tokenizer, spec, model_revision=model_revision(model_dir), max_context=max_context
         )
     return _RENDERERS[key]
-
-
-def make_engine(config: LoopConfig) -> Engine:
-    from scoring.engines import get_engine
-
-    return get_engine(config.engine, config.model_dir, **dict(config.engine_options))
 
 
 # -- scoring ----------------------------------------------------------------------------------------
@@ -230,12 +173,7 @@ def score_items(
 
 def save_shard(path: Path, item_ids: np.ndarray, scored: Scored) -> None:
     """Write a shard's scores to ``path`` via a temp file and one rename (a reader never sees half)."""
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, ids=np.asarray(item_ids, np.int64), p=scored.p, mass=scored.mass, full=scored.full)
-    os.replace(tmp, path)
+    atomic_save_npz(path, ids=np.asarray(item_ids, np.int64), p=scored.p, mass=scored.mass, full=scored.full)
 
 
 def load_shards(paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -317,90 +255,3 @@ def select(
         rng=rng,
         committee_p=committee_p,
     )
-
-
-# -- training -----------------------------------------------------------------------------------
-
-
-def arm_training_sets(sources: Sequence[str], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Positions (into the labeled list) for the equal-size comparison arms: the shared cold-start
-    labels plus either every random-slice label or an equal-size sample of the active labels.
-    Empty when there are no random-slice or no active labels yet."""
-    src = np.asarray(sources)
-    cold, rnd, act = (np.flatnonzero(src == s) for s in ("cold", "random", "active"))
-    n = min(len(rnd), len(act))
-    if n == 0:
-        return {}
-    random_part = rnd if len(rnd) == n else np.sort(rng.choice(rnd, size=n, replace=False))
-    active_part = np.sort(rng.choice(act, size=n, replace=False))
-    return {
-        "random": np.sort(np.concatenate([cold, random_part])),
-        "active": np.sort(np.concatenate([cold, active_part])),
-    }
-
-
-def train_member(
-    *,
-    config: LoopConfig,
-    renderer: PromptRenderer,
-    texts: Sequence[str],
-    label_indices: Sequence[int],
-    out_dir: Path,
-    round_seed: int,
-    arm: Arm,
-    k: int,
-    warm_from: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> TrainedAdapter:
-    """One adapter: its own seed (and so data order); warm-started only for the prod arm."""
-    from dataclasses import replace
-
-    from training.lora import train_adapter
-
-    return train_adapter(
-        model_dir=config.model_dir,
-        renderer=renderer,
-        texts=texts,
-        label_indices=label_indices,
-        out_dir=out_dir,
-        config=replace(config.train, seed=member_seed(round_seed, arm, k)),
-        warm_from=warm_from if arm == "prod" else None,
-        progress=progress,
-    )
-
-
-# -- evaluation -------------------------------------------------------------------------------------
-
-
-def evaluate_adapters(
-    engine: Engine,
-    renderer: PromptRenderer,
-    texts: Sequence[str],
-    y: np.ndarray,
-    adapters: Sequence[AdapterRef],
-    label_names: Sequence[str],
-) -> tuple[dict[str, Any], np.ndarray]:
-    """Test-set metrics of the ensemble mean (accuracy, macro-F1, per class, confusion, ECE...) and
-    the mean distribution itself."""
-    from scoring.signals import mean_distribution
-    from training.evaluate import evaluate
-
-    result = engine.score(renderer, texts, adapters)
-    p_mean = mean_distribution(result.p)
-    return evaluate(p_mean, np.asarray(y), label_names=list(label_names)), p_mean
-
-
-def curve_svg(points: Sequence[dict[str, Any]], title: str) -> str:
-    """Learning curves (test accuracy vs labels used) of the prod, active and random arms."""
-    from training.curves import learning_curve_svg
-
-    series: dict[str, list[tuple[int, float]]] = {}
-    for point in points:
-        series.setdefault(str(point["arm"]), []).append((int(point["labels"]), float(point["accuracy"])))
-    return learning_curve_svg({arm: sorted(xy) for arm, xy in series.items()}, title=title)
-
-
-def reliability_svg(bins: Sequence[dict[str, Any]], title: str) -> str:
-    from training.curves import reliability_svg as draw
-
-    return draw(bins, title=title)

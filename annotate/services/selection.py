@@ -1,0 +1,223 @@
+"""The selection step of a round (selecting → labeling): the batch the round's strategy picks, written
+once as BatchItem rows (source cold / active / random), with the round's predictions upserted and
+low-label-mass items moved to the leads' review bucket on the way.
+
+Cold rounds pick at random or for diversity over the eligible pool; strategies that read scores
+(scoring.selection.NEEDS_SCORES) pick from the round's scored, eligible candidates, refused unless
+scored with the current adapter set and prompt (fail closed); the others from the whole eligible pool.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import transaction
+
+from annotate.loopconfig import loop_config
+from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
+from annotate.selectors import loop as loop_sel
+from annotate.services import claims
+from annotate.services.round_state import S, add_cost, round_fail, round_transition
+from scoring import pipeline
+from training import ensemble
+
+PREDICTION_CHUNK = 2000
+
+
+def round_select(*, round_id: int) -> Round:
+    """selecting → labeling: the batch the round's strategy picks, written once. Held as the round's
+    ``select`` unit; a replay after the rows committed only finishes the move."""
+    return claims.run_round_step(
+        round_id, status=S.SELECTING, kind=WorkClaim.Kind.SELECT, what="selection", step=_select
+    )
+
+
+def _select(row: Round) -> None:
+    if BatchItem.objects.filter(round=row).exists():  # a replay after the rows committed
+        round_transition(row.id, S.SELECTING, S.LABELING)
+        return
+    started = time.perf_counter()
+    chosen = choose_batch(round=row)
+    if not chosen:
+        round_fail(round_id=row.id, reason="no eligible pool items left to select")
+        return
+    with transaction.atomic():
+        BatchItem.objects.bulk_create(
+            [
+                BatchItem(round=row, item_id=item_id, source=source, rank=rank, uncertainty=u)
+                for rank, (item_id, source, u) in enumerate(chosen)
+            ],
+            ignore_conflicts=True,
+        )
+        round_transition(row.id, S.SELECTING, S.LABELING)
+    add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
+
+
+def predictions_upsert(
+    *,
+    round: Round,
+    item_ids: np.ndarray,
+    mean_p: np.ndarray,
+    mass_mean: np.ndarray,
+    uncertainty: np.ndarray | None,
+    prompt_hash: str,
+    adapter_set_hash: str,
+) -> int:
+    """One Prediction per (item, prompt, adapter set); a rerun updates the same rows."""
+    label_ids = list(loop_sel.label_index(project=round.project))
+    rows = [
+        Prediction(
+            item_id=int(item_id),
+            round=round,
+            prompt_hash=prompt_hash,
+            adapter_set_hash=adapter_set_hash,
+            label_id=label_ids[int(np.argmax(mean_p[i]))],
+            probs=[round_(x) for x in mean_p[i]],
+            mass=float(mass_mean[i]),
+            uncertainty=None if uncertainty is None else float(uncertainty[i]),
+        )
+        for i, item_id in enumerate(item_ids)
+    ]
+    for start in range(0, len(rows), PREDICTION_CHUNK):
+        Prediction.objects.bulk_create(
+            rows[start : start + PREDICTION_CHUNK],
+            update_conflicts=True,
+            unique_fields=["item", "prompt_hash", "adapter_set_hash"],
+            update_fields=["round", "label", "probs", "mass", "uncertainty"],
+        )
+    return len(rows)
+
+
+def round_(x: float) -> float:
+    return round(float(x), 5)
+
+
+def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold: float) -> int:
+    """Low-label-mass pool items go to the leads' review bucket (never selected until returned)."""
+    moved = 0
+    for item_id in item_ids:
+        moved += Item.objects.filter(id=item_id, state=Item.State.POOL, final_label__isnull=True).update(
+            state=Item.State.REVIEW,
+            review_reason=f"label mass {mass[item_id]:.3f} under {threshold:g}: the model answers off the label set",
+        )
+    return moved
+
+
+_EMBEDDINGS: dict[str, Any] = {}
+
+
+def embeddings(texts: list[str], hashes: list[str]) -> np.ndarray:
+    from scoring.bundled import encoder_path
+    from scoring.embeddings import EmbeddingCache
+
+    if "cache" not in _EMBEDDINGS:
+        _EMBEDDINGS["cache"] = EmbeddingCache(settings.EMBEDDING_DIR, encoder_path(settings.ENCODER_DIR or None))
+    if not texts:
+        return np.zeros((0, _EMBEDDINGS["cache"].dim), np.float32)
+    return np.asarray(_EMBEDDINGS["cache"].embed(texts, hashes))
+
+
+def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
+    rows = dict(
+        (i, (t, h)) for i, t, h in Item.objects.filter(id__in=ids.tolist()).values_list("id", "text", "text_hash")
+    )
+    return [rows[int(i)][0] for i in ids], [rows[int(i)][1] for i in ids]
+
+
+def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
+    """The round's batch as (item id, source, uncertainty), in rank order, picked by the round's
+    strategy. Cold rounds: random or diversity over the eligible pool. Strategies that read scores
+    (NEEDS_SCORES): the round's scores (refused unless made with the current adapter set and prompt),
+    predictions upserted, low mass → review, then the selection over the eligible scored rows. The
+    others (random, kcenter-only): the whole eligible pool, so last round's most uncertain items
+    carried into the candidates cannot bias them."""
+    from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_LABELS, NEEDS_SCORES, committee_distribution
+
+    config = loop_config(round.project)
+    cold = round.strategy == "cold-start"
+    ids, u, mean_p = loop_sel.eligible_ids(project=round.project), None, None
+    if not cold and round.strategy in NEEDS_SCORES:
+        ids, u, mean_p = _eligible_scored(round, config, ids)
+    if len(ids) == 0:
+        return []
+    emb = labeled_emb = committee_p = None
+    needs_embeddings = config.selection.cold_mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
+    if needs_embeddings:
+        labeled = loop_sel.labeled_items(project=round.project)
+        emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
+        if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
+            proxy_p = _proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
+            committee_p = committee_distribution(mean_p, proxy_p, config.k)
+    sel = pipeline.select(
+        cold=cold,
+        strategy=round.strategy,
+        n_eligible=len(ids),
+        config=config.selection,
+        rng=pipeline.step_rng(round.seed, "select"),
+        uncertainty=u,
+        emb=emb,
+        labeled_emb=labeled_emb,
+        committee_p=committee_p,
+    )
+    return [
+        (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
+        for i, r in zip(sel.indices, sel.is_random, strict=True)
+    ]
+
+
+def _proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
+    """The embedding proxy (logistic regression on the labels so far) over the eligible rows."""
+    from scoring.proxy import fit_proxy
+
+    if not labels:
+        return np.full((len(emb), n_classes), 1.0 / n_classes)
+    return fit_proxy(labeled_emb, np.asarray(labels), n_classes).predict_proba(emb)
+
+
+def _eligible_scored(
+    row: Round, config: ensemble.LoopConfig, eligible: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The round's scored rows still eligible: ids, uncertainty, the ensemble's mean distribution;
+    the review count in metrics."""
+    ids, u, mean_p, review_count = _scored_candidates(row, config)
+    keep = np.isin(ids, eligible)
+    ids, u, mean_p = ids[keep], u[keep], mean_p[keep]
+    metrics = dict(row.metrics or {})
+    metrics.update({"review_bucket": review_count, "eligible_scored": len(ids)})
+    Round.objects.filter(id=row.id).update(metrics=metrics)
+    return ids, u, mean_p
+
+
+def _scored_candidates(row: Round, config: ensemble.LoopConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Full-ensemble rows of the round's shards → predictions, review bucket; (ids, uncertainty,
+    mean distribution, moved)."""
+    from scoring.cache import require_current
+
+    require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
+    paths = [Path(p) for p in ScoreShard.objects.filter(round=row).order_by("shard").values_list("path", flat=True)]
+    ids, p, mass, full = pipeline.load_shards(paths)
+    ids, p, mass = ids[full], p[:, full], mass[:, full]
+    sig = pipeline.signals(p, mass, config.selection)
+    predictions_upsert(
+        round=row,
+        item_ids=ids,
+        mean_p=sig.mean_p,
+        mass_mean=sig.mass_mean,
+        uncertainty=sig.uncertainty,
+        prompt_hash=row.prompt_hash,
+        adapter_set_hash=row.adapter_set_hash,
+    )
+    low = ids[sig.review]
+    review_bucket_move(
+        item_ids=low.tolist(),
+        mass={int(i): float(m) for i, m in zip(ids, sig.mass_mean, strict=True)},
+        threshold=config.selection.mass_threshold,
+    )
+    # Counted from the rows, not from this call's moves, so a replayed selection reports the same.
+    in_review = int(Item.objects.filter(id__in=low.tolist(), state=Item.State.REVIEW).count())
+    keep = ~sig.review
+    return ids[keep], sig.uncertainty[keep], sig.mean_p[keep], in_review

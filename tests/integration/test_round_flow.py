@@ -1,0 +1,111 @@
+"""The round flow's bookkeeping against the real database, without a broker or a model: what
+``round_advance`` sends (each unit once, again only on resume, nothing for a round a live synchronous
+process drives), and the claims every unit of work goes through (one live holder, a dead holder taken
+over, a unit that keeps dying fails its round)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from django.db.models import QuerySet
+
+from annotate.models import Project, Round, WorkClaim
+from annotate.services import claims, rounds
+from annotate.services.rounds import Work, round_advance, round_resume
+
+pytestmark = pytest.mark.django_db
+HOST = socket.gethostname()
+
+
+@pytest.fixture
+def pending() -> Round:
+    project = Project.objects.create(name="flow")
+    return Round.objects.create(project=project, number=1, status="pending")
+
+
+@pytest.fixture
+def other_live_process() -> Iterator[str]:
+    """The worker id of a real process on this host that stays alive for the test."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        yield f"{HOST}:{proc.pid}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _plan_rows(row: Round) -> QuerySet[WorkClaim]:
+    return claims.work_rows(row.id, WorkClaim.Kind.PLAN)
+
+
+def test_each_missing_unit_is_sent_once_and_again_only_on_resume(pending: Round) -> None:
+    plan = Work("annotate.round_begin", (pending.id,))
+    assert round_advance(pending.id) == [plan]
+    assert WorkClaim.objects.get(round=pending, kind="plan").status == "queued"
+    assert round_advance(pending.id) == []  # a second caller (another task's follow-up) sends nothing
+    assert round_resume(round_id=pending.id) == [plan]  # a worker start sends it again: its message may be lost
+    assert str(plan) == f"annotate.round_begin({pending.id},)"
+
+
+def test_a_round_driven_by_a_live_process_gets_nothing(pending: Round, other_live_process: str) -> None:
+    claims.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(status="running", worker=other_live_process)
+    assert round_resume(round_id=pending.id) == []
+    with pytest.raises(rounds.RoundError, match="another live process"), rounds.driving(pending.id):
+        pass
+    claims.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(worker=f"{HOST}:{2**22 + 4242}")  # it died
+    assert round_resume(round_id=pending.id) == [Work("annotate.round_begin", (pending.id,))]
+    with rounds.driving(pending.id):  # this process drives it now: the workers get nothing
+        assert round_advance(pending.id) == []
+    assert WorkClaim.objects.get(round=pending, kind="drive").status == "pending"  # released
+
+
+def test_one_live_holder_a_dead_one_is_taken_over(pending: Round, other_live_process: str) -> None:
+    rows = _plan_rows(pending)
+    assert claims.claim(rows, me=other_live_process)
+    assert not claims.claim(rows, me=f"{HOST}:{os.getpid()}")  # a live process holds it
+    assert claims.needs_worker(rows).count() == 0 and round_advance(pending.id) == []
+    rows.update(worker=f"{HOST}:{2**22 + 4243}")  # its holder died
+    assert claims.needs_worker(rows).count() == 1
+    assert claims.claim(rows, me=f"{HOST}:{os.getpid()}")
+    assert rows.get().attempts == 2
+    assert claims.finish(rows, me=f"{HOST}:{os.getpid()}") and rows.get().status == "done"
+    assert not claims.claim(rows, me=other_live_process)  # done stays done
+
+
+def test_a_unit_whose_holder_keeps_dying_fails_the_round(pending: Round) -> None:
+    rows = _plan_rows(pending)
+    rows.update(status="running", worker=f"{HOST}:{2**22 + 4244}", attempts=claims.MAX_ATTEMPTS)
+    ran: list[int] = []
+    assert claims.run_claimed(rows, round_id=pending.id, what="planning", step=lambda: ran.append(1)) is None
+    pending.refresh_from_db()
+    assert ran == [] and pending.status == "failed"
+    assert pending.failure_reason == f"planning failed {claims.MAX_ATTEMPTS} times: its worker died each time"
+
+
+def test_a_failing_step_marks_its_unit_failed_and_raises(pending: Round) -> None:
+    rows = _plan_rows(pending)
+
+    def boom() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        claims.run_claimed(rows, round_id=pending.id, what="planning", step=boom)
+    assert rows.get().status == "failed" and rows.get().error == "OSError: disk full"
+    assert round_advance(pending.id) == [Work("annotate.round_begin", (pending.id,))]  # tried again
+
+
+def test_a_driver_on_another_host_is_live_while_its_heartbeat_is_fresh(pending: Round) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    rows = claims.work_rows(pending.id, WorkClaim.Kind.DRIVE)
+    rows.update(status="running", worker="web-container:4242", heartbeat_at=timezone.now())
+    assert rounds.driven(pending) and round_resume(round_id=pending.id) == []
+    rows.update(heartbeat_at=timezone.now() - timedelta(seconds=rounds.DRIVE_STALE_S + 1))  # it went silent
+    assert not rounds.driven(pending)
+    assert round_resume(round_id=pending.id) == [Work("annotate.round_begin", (pending.id,))]

@@ -1,0 +1,34 @@
+"""The deployment's loop options: read from the environment once (settings), checked and typed once
+(annotate.loopconfig.loop_options), merged over the machine's profile; a typo is an error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from annotate.loopconfig import CPU_PROFILE, GPU_PROFILE, loop_options, parse_loop_options
+
+
+def test_options_merge_over_the_profile_key_by_key() -> None:
+    opts = parse_loop_options({"profile": "cpu", "n_shards": 3, "train": {"max_steps": 2}})
+    assert (opts.profile, opts.n_shards, opts.max_context, opts.arms) == ("cpu", 3, CPU_PROFILE["max_context"], True)
+    assert opts.train.max_steps == 2 and opts.train.lr == CPU_PROFILE["train"]["lr"]  # the rest of the profile stays
+    gpu = parse_loop_options({"profile": "gpu", "arms": False, "engine_options": {"b": 1, "a": 2}})
+    assert gpu.max_context == GPU_PROFILE["max_context"] and gpu.train.max_steps == 300 and not gpu.arms
+    assert gpu.engine_options == (("a", 2), ("b", 1))
+
+
+def test_an_unknown_option_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown loop options \['n_shard'\] \(known: \['arms'"):
+        parse_loop_options({"n_shard": 2})
+    with pytest.raises(ValueError, match="unknown training options"):
+        parse_loop_options({"train": {"max_step": 2}})
+
+
+def test_the_setting_is_parsed_once_per_value(settings: Any) -> None:
+    settings.LOOP_OPTIONS = {"profile": "cpu", "max_context": 99}
+    first = loop_options()
+    assert first.max_context == 99 and loop_options() is first
+    settings.LOOP_OPTIONS = {"profile": "cpu", "max_context": 77}  # the simulation overrides it per job
+    assert loop_options().max_context == 77

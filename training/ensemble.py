@@ -1,0 +1,130 @@
+"""The training half of a round as plain functions (no Django): the loop's frozen configuration, the
+seed of each ensemble member and comparison arm, the equal-size active / random training sets, one
+member's training, and the test-set evaluation of an adapter set. The round services
+(annotate/services/training.py, evaluation.py) and the simulation harness call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from scoring.prompts import PromptSpec
+from scoring.rescoring import RescoringConfig
+from scoring.selection import SelectionConfig
+from training.lora import TrainConfig
+
+if TYPE_CHECKING:
+    from scoring.engines import AdapterRef, Engine
+    from scoring.prompts import PromptRenderer
+    from training.lora import TrainedAdapter
+
+Arm = Literal["prod", "scratch", "active", "random"]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    model_dir: str
+    engine: Literal["hf", "vllm"]
+    prompt: PromptSpec
+    max_context: int
+    k: int  # ensemble size
+    scratch_every: int  # from-scratch comparison every R rounds (0: never)
+    selection: SelectionConfig
+    rescoring: RescoringConfig
+    train: TrainConfig
+    engine_options: tuple[tuple[str, Any], ...] = field(default=())
+    arms: bool = True  # train the in-round active / random comparison arms
+
+
+ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}
+
+
+def member_seed(round_seed: int, arm: Arm, k: int) -> int:
+    """Each ensemble member and arm gets its own seed (LoRA init, data order, dropout)."""
+    return (int(round_seed) * 1000 + ARM_SEED_OFFSET[arm] + k) % (2**31 - 1)
+
+
+def is_scratch_round(number: int, scratch_every: int) -> bool:
+    return scratch_every > 0 and number > 1 and number % scratch_every == 0
+
+
+def make_engine(config: LoopConfig) -> Engine:
+    from scoring.engines import get_engine
+
+    return get_engine(config.engine, config.model_dir, **dict(config.engine_options))
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+def arm_training_sets(sources: Sequence[str], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Positions (into the labeled list) for the equal-size comparison arms: the shared cold-start
+    labels plus either every random-slice label or an equal-size sample of the active labels.
+    Empty when there are no random-slice or no active labels yet."""
+    src = np.asarray(sources)
+    cold, rnd, act = (np.flatnonzero(src == s) for s in ("cold", "random", "active"))
+    n = min(len(rnd), len(act))
+    if n == 0:
+        return {}
+    random_part = rnd if len(rnd) == n else np.sort(rng.choice(rnd, size=n, replace=False))
+    active_part = np.sort(rng.choice(act, size=n, replace=False))
+    return {
+        "random": np.sort(np.concatenate([cold, random_part])),
+        "active": np.sort(np.concatenate([cold, active_part])),
+    }
+
+
+def train_member(
+    *,
+    config: LoopConfig,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    label_indices: Sequence[int],
+    out_dir: Path,
+    round_seed: int,
+    arm: Arm,
+    k: int,
+    warm_from: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainedAdapter:
+    """One adapter: its own seed (and so data order); warm-started only for the prod arm."""
+    from dataclasses import replace
+
+    from training.lora import train_adapter
+
+    return train_adapter(
+        model_dir=config.model_dir,
+        renderer=renderer,
+        texts=texts,
+        label_indices=label_indices,
+        out_dir=out_dir,
+        config=replace(config.train, seed=member_seed(round_seed, arm, k)),
+        warm_from=warm_from if arm == "prod" else None,
+        progress=progress,
+    )
+
+
+# -- evaluation -------------------------------------------------------------------------------------
+
+
+def evaluate_adapters(
+    engine: Engine,
+    renderer: PromptRenderer,
+    texts: Sequence[str],
+    y: np.ndarray,
+    adapters: Sequence[AdapterRef],
+    label_names: Sequence[str],
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Test-set metrics of the ensemble mean (accuracy, macro-F1, per class, confusion, ECE...) and
+    the mean distribution itself."""
+    from scoring.signals import mean_distribution
+    from training.evaluate import evaluate
+
+    result = engine.score(renderer, texts, adapters)
+    p_mean = mean_distribution(result.p)
+    return evaluate(p_mean, np.asarray(y), label_names=list(label_names)), p_mean
