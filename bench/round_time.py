@@ -206,7 +206,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", default="")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "trec"))
     parser.add_argument("--labels", type=int, default=500)
     parser.add_argument("--batch", type=int, default=50)
@@ -218,7 +218,13 @@ def main() -> None:
     parser.add_argument("--out", default="var/round-time")
     parser.add_argument("--work", default="")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # subprocess: one configuration
+    parser.add_argument("--report", default="", help="print the table of an earlier round-time.json and stop")
     args = parser.parse_args()
+    if args.report:
+        record = json.loads(Path(args.report).read_text())
+        print(f"commit {record['commit']}, {record['time']}, options: {' '.join(record['argv'])}\n")
+        print(table(record["rows"]))
+        return
     args.work = args.work or str(Path(args.out) / "work")
     if args.one:
         print(json.dumps(one_config(args.one, args)))
