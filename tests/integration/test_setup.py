@@ -82,7 +82,7 @@ def test_ml_creates_a_project_and_empty_codes_get_working_suggestions(ml: Client
     assert len(set(codes)) == 3 and all(codes)
     assert project.few_shot == [{"text": "The match ended 2-1", "label": "Sports"}]
     assert (project.batch_size, project.ensemble_k, project.overlap_share) == (50, 4, 0.1)
-    assert response["Location"] == reverse("project_setup", args=[project.pk])
+    assert response["Location"] == reverse("import_upload", args=[project.pk])  # the next step: upload the texts
 
 
 def test_colliding_codes_name_the_labels_and_prefill_codes_that_work(ml: Client) -> None:
@@ -217,7 +217,9 @@ def test_ml_page_requests_a_round_and_polls_only_while_one_is_active(ml: Client)
         status="done", metrics={"curve_svg": "<svg xmlns='http://www.w3.org/2000/svg'/>", "accuracy": 0.75}
     )
     final = ml.get(rounds, headers={"HX-Request": "true"})
-    assert final.status_code == 286 and "accuracy: 0.750" in final.content.decode()
+    body = final.content.decode()
+    assert final.status_code == 286 and "Test accuracy: <strong>75.0 %</strong>" in body
+    assert 'src="data:image/svg+xml;base64,' in body  # the polled answer carries the new curve: no reload
     assert 'src="data:image/svg+xml;base64,' in ml.get(home).content.decode()
 
 
