@@ -212,9 +212,11 @@ def empty_queue_reason(*, project: Project, annotator: Any, queue: str) -> str:
         return f"Round {current.number}'s batch is done ({batch.finished} of {batch.size} items). Thank you!"
     parts = []
     if batch.need_labels:
-        parts.append(f"{batch.need_labels} are with other annotators or need a second annotator's label")
+        verb = "is" if batch.need_labels == 1 else "are"
+        parts.append(f"{batch.need_labels} {verb} with other annotators or need a second annotator's label")
     if batch.waiting_for_lead:
-        parts.append(f"{batch.waiting_for_lead} wait for a lead (skipped or disagreeing)")
+        verb = "waits" if batch.waiting_for_lead == 1 else "wait"
+        parts.append(f"{batch.waiting_for_lead} {verb} for a lead (skipped or disagreeing)")
     return (
         f"You have done everything open to you in round {current.number}: {batch.finished} of {batch.size} "
         f"batch items are done; {'; '.join(parts)}. Check again in a while."

@@ -12,7 +12,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from annotate.models import Project, Round
-from annotate.selectors.progress import BatchStatus, batch_status
+from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
 
 AUTOMATED = (
     Round.Status.PENDING,
@@ -57,6 +57,7 @@ class RoundView:
     elapsed: str = ""
     eta: str = ""
     batch: BatchStatus | None = None
+    finished: int = 0  # batch items finished (labelled, decided or returned)
     stalled: str = ""
     metrics: list[tuple[str, str]] = field(default_factory=list)
     cost: list[tuple[str, str]] = field(default_factory=list)
@@ -167,11 +168,16 @@ def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[Rou
             view.eta = _eta(row.train_steps_done, row.train_steps_total, elapsed)
         if row.status == Round.Status.LABELING:
             view.batch = batch_status(round=row)
+        view.finished = view.batch.finished if view.batch else batch_items_finished(round=row)
         view.stalled = _stalled(row, elapsed)
         view.metrics = metric_lines(row.metrics or {})
         view.cost = cost_lines(row.cost or {})
         views.append(view)
     return views
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def next_step_sentence(*, project: Project, batch: BatchStatus | None) -> str:
@@ -185,9 +191,9 @@ def next_step_sentence(*, project: Project, batch: BatchStatus | None) -> str:
         return "Its batch is done: press “Retrain now” to train on it."
     parts = [f"{batch.finished} of {batch.size} batch items are done"]
     if batch.need_labels:
-        parts.append(f"{batch.need_labels} still need annotators")
+        parts.append(f"{_n(batch.need_labels, 'still needs', 'still need')} annotators")
     if batch.waiting_for_lead:
-        parts.append(f"{batch.waiting_for_lead} wait for a lead (Review queues)")
+        parts.append(f"{_n(batch.waiting_for_lead, 'waits', 'wait')} for a lead (Review queues)")
     when = (
         f"It trains by itself once {round(100 * auto)} % of its batch is done, or press “Retrain now”"
         if auto > 0

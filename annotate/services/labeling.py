@@ -208,6 +208,31 @@ def _require_test_overlap(project: Project) -> None:
         ).update(required_labels=project.overlap_annotators)
 
 
+def batch_overlap_apply(*, round: Round) -> int:
+    """Make the project's ``overlap_share`` of the round's batch need ``overlap_annotators`` distinct
+    annotators (so leads see agreement and disagreements on training items, not only on the test
+    set). The overlap rows are spread evenly over the batch's rank order (every n-th row from the
+    first), so they come up early and throughout. Called once when the batch is written; idempotent.
+    Returns how many items need several annotators."""
+    project = round.project
+    if project.overlap_share <= 0 or project.overlap_annotators < 2:
+        return 0
+    ranked = list(BatchItem.objects.filter(round=round).order_by("rank", "item_id").values_list("item_id", flat=True))
+    if not ranked:
+        return 0
+    n = max(1, round_half_up(project.overlap_share * len(ranked)))
+    step = len(ranked) / n
+    chosen = [ranked[int(i * step)] for i in range(n)]
+    Item.objects.filter(id__in=chosen, final_label__isnull=True, required_labels__lt=project.overlap_annotators).update(
+        required_labels=project.overlap_annotators
+    )
+    return n
+
+
+def round_half_up(value: float) -> int:
+    return int(value + 0.5)
+
+
 def _held_item(*, params: dict[str, Any], queue: Queue) -> Item | None:
     """The item of the annotator's live lease in the project, if it is still open to them in `queue`."""
     check = f"i.project_id = %(project)s AND {_OPEN_TO_ME_SQL} {_IN_LABELING_BATCH if queue == 'batch' else ''}"
@@ -544,6 +569,7 @@ __all__ = [
     "UnknownLabel",
     "label_submit",
     "label_submit_and_next",
+    "batch_overlap_apply",
     "batch_rows_done",
     "label_undo",
     "next_item_for",

@@ -245,6 +245,7 @@ def round_select(*, round_id: int) -> Round:
     """selecting → labeling: the batch the round's strategy picks (BatchItem rows, source
     cold/active/random), written once."""
     from annotate.services import scoring
+    from annotate.services.labeling import batch_overlap_apply
 
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status != S.SELECTING:
@@ -267,6 +268,7 @@ def round_select(*, round_id: int) -> Round:
             ],
             ignore_conflicts=True,
         )
+        batch_overlap_apply(round=row)  # the overlap share of the batch needs k distinct annotators
         round_transition(row.id, S.SELECTING, S.LABELING)
     add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
     row.refresh_from_db()

@@ -104,7 +104,7 @@ def test_a_batch_with_skips_and_a_disagreement_finishes_by_itself(setup: dict[st
         text = refusal.content.decode()
         assert 'id="round-message" hx-swap-oob="outerHTML"' in text
         assert "round 1 is still labeling" in text and "3 of 4 batch items are done" in text
-        assert "1 still need annotators" in text and "Retrain now" in text
+        assert "1 still needs annotators" in text and "Retrain now" in text
         polled = ml.get(reverse("ml_rounds", args=[project.pk]), headers={"HX-Request": "true"}).content.decode()
         assert 'id="round-message"' not in polled  # the refresh never touches the message
 
@@ -164,3 +164,26 @@ def test_a_lead_does_not_decide_an_item_they_labelled_unless_the_project_allows_
         adjudicate(item=items[0], label=_label(project, "no"), lead=lena)
     items[0].refresh_from_db()
     assert items[0].final_label == _label(project, "no")
+
+
+def test_batch_overlap_items_go_to_k_distinct_annotators(setup: dict[str, Any]) -> None:
+    """Training batches, not only the test set: the overlap share of a batch is labelled by k people."""
+    from annotate.services.labeling import batch_overlap_apply
+
+    project, labeling = setup["project"], setup["round"]
+    Item.objects.filter(project=project).update(required_labels=1)
+    Project.objects.filter(pk=project.pk).update(overlap_share=0.5, overlap_annotators=2)
+    labeling.refresh_from_db()
+    assert batch_overlap_apply(round=labeling) == 2
+    assert batch_overlap_apply(round=labeling) == 2  # idempotent
+    needs = dict(Item.objects.filter(project=project).values_list("external_id", "required_labels"))
+    assert needs == {"i0": 2, "i1": 1, "i2": 2, "i3": 1}  # spread over the rank order
+    carol = _user("carol", "annotator")
+    with rounds.sync_mode():
+        seen: dict[str, list[str]] = {}
+        for user in (setup["alice"], setup["bob"], carol):
+            while (item := next_item_for(project=project, annotator=user)) is not None:
+                label_submit(item=item, annotator=user, label=_label(project, "yes"))
+                seen.setdefault(item.external_id, []).append(user.username)
+    # alice takes every item first; bob then gets exactly the overlap items; carol finds nothing left
+    assert seen == {"i0": ["alice", "bob"], "i1": ["alice"], "i2": ["alice", "bob"], "i3": ["alice"]}
