@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
 from annotate.models import Adjudication, Annotation, BatchItem, Item, Prediction, Project, Skip
+from annotate.selectors.review import disagreements
 
 PAGE_SIZE = 50
 CONFIDENCE_BANDS = {"low": (0.0, 0.5), "mid": (0.5, 0.8), "high": (0.8, 1.01)}
@@ -23,19 +24,14 @@ def _latest_prediction(project: Project) -> dict[int, float]:
     return top
 
 
-def _by_state(items: QuerySet[Item], state: str) -> QuerySet[Item]:
+def _by_state(items: QuerySet[Item], state: str, project: Project) -> QuerySet[Item]:
     open_skip = Skip.objects.filter(item=OuterRef("pk"), resolved=False)
     if state == "open":
         return items.filter(final_label__isnull=True, state=Item.State.POOL, is_test=False)
     if state == "labelled":
         return items.filter(final_label__isnull=False)
-    if state == "disagreement":
-        return (
-            items.filter(final_label__isnull=True)
-            .exclude(state=Item.State.UNLABELABLE)
-            .annotate(n_ann=Count("annotations", distinct=True), n_lab=Count("annotations__label", distinct=True))
-            .filter(n_ann__gte=F("required_labels"), n_lab__gt=1)
-        )
+    if state == "disagreement":  # a subquery: counting over `items` would count only the filtered annotator
+        return items.filter(id__in=disagreements(project=project).values("id"))
     if state == "skipped":
         return items.filter(Exists(open_skip), final_label__isnull=True)
     if state in ("review", "unlabelable"):
@@ -62,7 +58,7 @@ def browse_items(*, project: Project, filters: dict[str, Any]) -> QuerySet[Item]
         items = items.filter(batch_rows__source=filters["source"])
     if filters.get("round"):
         items = items.filter(batch_rows__round__number=filters["round"])
-    items = _by_state(items, filters.get("state") or "")
+    items = _by_state(items, filters.get("state") or "", project)
     confidence = filters.get("confidence") or ""
     if confidence:
         top = _latest_prediction(project)
