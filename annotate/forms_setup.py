@@ -114,19 +114,19 @@ def format_few_shot(few_shot: Sequence[dict[str, str]]) -> str:
 
 
 def case_only_differences(labels: Sequence[LabelInput]) -> list[str]:
-    """Warnings for label codes (or names) that differ only by upper/lower case: valid tokens, but
-    easy to mix up for people reading the codes, and close for the model."""
+    """Warnings for label codes that differ only by upper/lower case ("P" and "p"): valid, distinct
+    tokens, but easy to mix up for people reading the codes. (Names that differ only by case are
+    refused outright by parse_label_lines.)"""
     warnings: list[str] = []
-    for attr, what in (("code", "codes"), ("name", "names")):
-        seen: dict[str, str] = {}
-        for lab in labels:
-            value = getattr(lab, attr)
-            key = value.strip().casefold()
-            if key and key in seen and seen[key] != value:
-                warnings.append(
-                    f"The {what} “{seen[key]}” and “{value}” differ only by case: easy to confuse; consider another."
-                )
-            seen.setdefault(key, value)
+    seen: dict[str, LabelInput] = {}
+    for lab in labels:
+        key = lab.code.strip().casefold()
+        first = seen.setdefault(key, lab)
+        if key and first is not lab and first.code != lab.code:
+            warnings.append(
+                f"The codes “{first.code}” ({first.name}) and “{lab.code}” ({lab.name}) differ only by case: "
+                "easy to confuse when reading the prompt; consider another code."
+            )
     return warnings
 
 

@@ -9,21 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.phone import PHONE, no_sideways_scroll
 from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.e2e
-
-PHONE = {"width": 390, "height": 844}
-
-
-_WIDEST = """() => [...document.querySelectorAll('body *')]
-  .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5)
-  .slice(0, 5).map(e => `${e.tagName.toLowerCase()}#${e.id}.${e.className} (${Math.round(e.getBoundingClientRect().right)}px)`)"""
-
-
-def _no_sideways_scroll(page: Any) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], f"{page.url} is {width}px wide on a {PHONE['width']}px screen: {page.evaluate(_WIDEST)}"
 
 
 def test_item_browser_search_filter_history_and_relabel(
@@ -118,12 +107,12 @@ def test_annotate_and_ml_pages_fit_a_390px_phone(live_app: LiveServer, browser: 
         page.click("button[type=submit]")
         page.wait_for_url(lambda url: "/accounts/login/" not in url)
         page.goto(f"/p/{seeded['project']}/{path}")
-        _no_sideways_scroll(page)
+        no_sideways_scroll(page)
         page.screenshot(path=str(artifacts_dir / f"phone-{username}.png"), full_page=True)
         if username == "phone-ann":
             page.get_by_role("button", name="mixed feelings").click()  # a tap, not a key
             page.get_by_text("Saved “mixed feelings”").wait_for()
-            _no_sideways_scroll(page)
+            no_sideways_scroll(page)
         else:
             assert "Test accuracy" in page.locator("#rounds").inner_text()
         page.context.clear_cookies()

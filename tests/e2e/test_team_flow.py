@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.private_redis import private_redis
+from tests import redis_owner
+from tests.e2e.phone import PHONE, no_sideways_scroll
 from tests.integration.round_helpers import TEST_OPTIONS, Workers
 from tests.live_server import PASSWORD, LiveServer
 
@@ -41,25 +42,27 @@ TEXTS = [
     "A comet will be visible next week",
     "The cyclist wins the mountain stage",
 ]
-PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture
 def team_app(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """An empty install: a fresh database with one ML user, the web server and one real worker."""
-    with private_redis() as broker:
-        monkeypatch.setenv("REDIS_URL", broker)
-        monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        with LiveServer(kind="runserver", purpose="teamflow", database_url="") as live:
-            live.call("tests.live_server:create_users", usernames=["maya"], roles=["ml"])
-            workers = Workers(live.tmp / "var", broker, tmp_path)
-            workers.env.update(live.env, REDIS_URL=broker, DJANGO_SETTINGS_MODULE="config.settings")
-            workers.start("w1")
-            try:
-                yield {"live": live, "workers": workers, "model_dir": str(tiny_llama_dir)}
-            finally:
-                workers.stop_all()
+    """An empty install: a fresh database with one ML user, the web server and one real worker, on
+    this run's own Redis database (tests/redis_owner.py: claimed empty, flushed only while ours)."""
+    owned = redis_owner.current()
+    owned.flush()
+    monkeypatch.setenv("REDIS_URL", owned.url)
+    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with LiveServer(kind="runserver", purpose="teamflow", database_url="") as live:
+        live.call("tests.live_server:create_users", usernames=["maya"], roles=["ml"])
+        workers = Workers(live.tmp / "var", owned.url, tmp_path)
+        workers.env.update(live.env, REDIS_URL=owned.url, DJANGO_SETTINGS_MODULE="config.settings")
+        workers.start("w1")
+        try:
+            yield {"live": live, "workers": workers, "model_dir": str(tiny_llama_dir)}
+        finally:
+            workers.stop_all()
+            owned.flush()
 
 
 class Shots:
@@ -85,11 +88,6 @@ def _log_in(context: Any, username: str, password: str) -> Any:
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
     return page
-
-
-def _no_sideways_scroll(page: Any) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], f"page is {width}px wide on a {page.viewport_size['width']}px screen"
 
 
 def _label_queue(page: Any, keys: str) -> int:
@@ -188,19 +186,19 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     shot(ann1, "annotator-batch-done")
 
     ann2.goto(f"/p/{project_id}/annotate/")
-    _no_sideways_scroll(ann2)
+    no_sideways_scroll(ann2)
     shot(ann2, "phone-annotate", full_page=False)
     assert _label_queue(ann2, "12") == 2  # ann1 said sports to both: one agreement, one disagreement
-    _no_sideways_scroll(ann2)
-    assert "wait for a lead" in ann2.locator("#empty-reason").inner_text()
+    no_sideways_scroll(ann2)
+    assert "waits for a lead" in ann2.locator("#empty-reason").inner_text()
     shot(ann2, "phone-annotate-done")
 
     # The ML page (never reloaded) says what the round waits for.
     ml.locator("#round-1 .batch-left", has_text="disagreement").wait_for(timeout=30_000)
     ml.get_by_role("button", name="Start next round").click()
-    ml.locator("#round-message .error", has_text="wait for a lead").wait_for()
+    ml.locator("#round-message .error", has_text="waits for a lead").wait_for()
     ml.wait_for_timeout(2_500)  # a live refresh later the refusal is still there
-    assert "wait for a lead" in ml.locator("#round-message").inner_text()
+    assert "waits for a lead" in ml.locator("#round-message").inner_text()
     shot(ml, "ml-refusal-says-what-is-left")
 
     # -- the lead decides the disagreement; the round finishes by itself -----------------------------

@@ -85,6 +85,23 @@ def test_ml_creates_a_project_and_empty_codes_get_working_suggestions(ml: Client
     assert response["Location"] == reverse("import_upload", args=[project.pk])  # the next step: upload the texts
 
 
+def test_codes_that_differ_only_by_case_are_flagged(ml: Client) -> None:
+    data = form_data(labels_text="Politics | | P\nPeople | | p", few_shot_text="")
+    response = ml.post(reverse("setup_new"), data, follow=True)
+    page = response.content.decode()
+    assert Project.objects.filter(name="news topics").exists()  # valid tokens: saved, with a warning
+    assert "The codes “P” (Politics) and “p” (People) differ only by case" in page
+
+
+def test_new_project_form_defaults_to_a_round_that_finishes_by_itself(ml: Client) -> None:
+    page = ml.get(reverse("setup_new")).content.decode()
+    assert 'name="auto_retrain_share" value="1.0"' in page
+    assert "Start training when this share of the batch is done" in page
+    for words in ("Candidates per batch item", "Review threshold (label mass)", "Models in the ensemble",
+                  "Time an annotator holds an item (seconds)", "BALD: disagreement between the ensemble"):  # fmt: skip
+        assert words in page  # human words and help text, not internal names
+
+
 def test_colliding_codes_name_the_labels_and_prefill_codes_that_work(ml: Client) -> None:
     data = form_data(labels_text="Sports | games | S\nScience | research | S\nPolitics | votes | P")
     response = ml.post(reverse("setup_new"), data)
