@@ -106,6 +106,14 @@ class PredictionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     raw_id_fields = ("item", "round")
 
 
+@admin.register(models.ProjectMembership)
+class ProjectMembershipAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("project", "user", "role", "added_by", "created_at")
+    list_filter = ("role",)
+    search_fields = ("project__name", "user__username")
+    raw_id_fields = ("user", "added_by")
+
+
 @admin.register(models.ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("user", "name", "created_at")

@@ -6,7 +6,7 @@
     GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...}}
 
 Auth: ``Authorization: Token <token>``; the token's sha256 digest is looked up in ApiToken. Starting a
-round needs the ML role, reading one any role on the project's site.
+round needs the ML role in its project, reading one any role in the round's project (annotate.roles.project_roles).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from annotate.models import ApiToken, Project, Round
-from annotate.roles import ML, has_role
+from annotate.roles import ALL_ROLES, ML, has_project_role
 from annotate.selectors import loop as loop_sel
 from annotate.services.imports import strict_json
 from annotate.services.rounds import RoundError, UnknownStrategyError, round_request_start
@@ -84,8 +84,8 @@ def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
     user = _user(request)
     if user is None:
         return _denied(401, "missing or unknown token (Authorization: Token <token>)")
-    if not has_role(user, ML):
-        return _denied(403, "starting a round needs the ML role")
+    if not has_project_role(user, project_id, ML):
+        return _denied(403, "starting a round needs the ML role in this project")
     project = get_object_or_404(Project, pk=project_id)
     try:
         strategy = str(_options(request).get("strategy") or "active")[:100]  # no names that long: keep errors short
@@ -109,6 +109,10 @@ def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
 
 @require_GET
 def api_round(request: HttpRequest, round_id: int) -> JsonResponse:
-    if _user(request) is None:
+    user = _user(request)
+    if user is None:
         return _denied(401, "missing or unknown token (Authorization: Token <token>)")
-    return JsonResponse(round_json(get_object_or_404(Round, pk=round_id)))
+    row = get_object_or_404(Round, pk=round_id)
+    if not has_project_role(user, row.project_id, *ALL_ROLES):
+        return _denied(403, "this token's user has no role in the round's project")
+    return JsonResponse(round_json(row))

@@ -113,6 +113,23 @@ def format_few_shot(few_shot: Sequence[dict[str, str]]) -> str:
     return "\n".join(f"{ex['text']} | {ex['label']}" for ex in few_shot)
 
 
+def case_only_differences(labels: Sequence[LabelInput]) -> list[str]:
+    """Warnings for label codes that differ only by upper/lower case ("P" and "p"): valid, distinct
+    tokens, but easy to mix up for people reading the codes. (Names that differ only by case are
+    refused outright by parse_label_lines.)"""
+    warnings: list[str] = []
+    seen: dict[str, LabelInput] = {}
+    for lab in labels:
+        key = lab.code.strip().casefold()
+        first = seen.setdefault(key, lab)
+        if key and first is not lab and first.code != lab.code:
+            warnings.append(
+                f"The codes “{first.code}” ({first.name}) and “{lab.code}” ({lab.name}) differ only by case: "
+                "easy to confuse when reading the prompt; consider another code."
+            )
+    return warnings
+
+
 # ---- the setup form ----------------------------------------------------------------------------
 
 
@@ -135,6 +152,7 @@ RANGES: dict[str, _Range] = {
     "test_set_size": _Range(1, None, "test-set size must be at least 1 (the learning curve is measured on it)"),
     "lease_seconds": _Range(30, 86400, "lease must be between 30 seconds and one day"),
     "cold_start_batches": _Range(0, 100, "cold-start batches must be between 0 and 100"),
+    "auto_retrain_share": _Range(0.0, 1.0, "the share of the batch that starts training must be between 0 and 1"),
 }
 
 
@@ -152,7 +170,10 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="One example per line: text | label name. Frozen once the first round exists.",
     )
     uncertainty = forms.ChoiceField(
-        choices=[("margin", "margin"), ("entropy", "entropy + tail"), ("bald", "BALD (ensemble)")]
+        choices=[("margin", "margin"), ("entropy", "entropy + tail"), ("bald", "BALD (ensemble)")],
+        label="Uncertainty measure",
+        help_text="margin: gap between the two likeliest labels (default); entropy: spread over all labels; "
+        "BALD: disagreement between the ensemble's models (needs 2 or more).",
     )
 
     class Meta:
@@ -176,20 +197,57 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "test_set_size",
             "lease_seconds",
             "show_suggestion",
+            "auto_retrain_share",
+            "lead_adjudicates_own",
         ]
         labels = {
-            "batch_size": "Batch size B",
-            "oversample": "Oversample factor M/B",
-            "random_share": "Random-slice share",
-            "mass_threshold": "Label-mass threshold",
-            "ensemble_k": "Ensemble size K",
-            "overlap_share": "Overlap share",
-            "overlap_annotators": "Annotators per overlapped item",
-            "lease_seconds": "Lease (seconds)",
-            "show_suggestion": "Show the model's suggestion to annotators",
+            "name": "Project name",
             "model_dir": "Model directory",
+            "engine": "Scoring engine",
+            "seed": "Random seed",
+            "batch_size": "Batch size (items per round)",
+            "oversample": "Candidates per batch item",
+            "random_share": "Random share of the batch",
+            "mass_threshold": "Review threshold (label mass)",
+            "uncertainty": "Uncertainty measure",
+            "cold_start_batches": "Cold-start rounds",
+            "ensemble_k": "Models in the ensemble",
+            "overlap_share": "Share of items labelled twice",
+            "overlap_annotators": "Annotators per double-labelled item",
+            "lease_seconds": "Time an annotator holds an item (seconds)",
+            "test_set_size": "Test-set size (items)",
+            "show_suggestion": "Show the model's suggestion to annotators",
+            "auto_retrain_share": "Start training when this share of the batch is done",
+            "lead_adjudicates_own": "Leads may decide items they labelled themselves",
         }
-        help_texts = {"model_dir": "Local Hugging Face directory; empty: the bundled model (settings.LLM_DIR)."}
+        help_texts = {
+            "name": "Shown to everyone on the project, annotators included.",
+            "model_dir": "A local Hugging Face model directory; empty: the bundled SmolLM2-135M.",
+            "engine": "transformers runs on CPU or GPU; vLLM is faster but needs a GPU.",
+            "seed": "Fixes the random choices (test set, random slice, training) so a rerun repeats them.",
+            "batch_size": "How many texts annotators get per round. 20–100 is typical; smaller rounds learn sooner.",
+            "oversample": "The most uncertain (batch size × this) texts are kept, then the most varied of them are "
+            "picked. 4 is a good default; 1 means uncertainty only.",
+            "random_share": "Part of each batch picked at random (0–1): it keeps an unbiased comparison with "
+            "random selection. Default 0.15 (15 %).",
+            "mass_threshold": "Texts where the model puts less than this probability (0–1) on all labels together "
+            "go to the leads' review bucket instead of annotators. Default 0.05.",
+            "uncertainty": "margin: gap between the two likeliest labels (default); entropy: spread over all "
+            "labels; BALD: disagreement between the ensemble's models (needs 2 or more).",
+            "cold_start_batches": "How many first rounds pick a random batch before the model is trusted to choose.",
+            "ensemble_k": "How many small adapters are trained; more gives better uncertainty and costs more "
+            "time per round. 2–4 on a CPU.",
+            "overlap_share": "Share of each batch (0–1) labelled by several annotators, to measure agreement and "
+            "find disagreements for leads. 0.1 = one item in ten.",
+            "overlap_annotators": "How many different annotators label each double-labelled item (2 or more).",
+            "lease_seconds": "After this long an item an annotator opened but did not label goes to someone else.",
+            "test_set_size": "Drawn at random at the first import and never changed: the learning curve is "
+            "measured on it.",
+            "show_suggestion": "Off by default: seeing the model's guess biases annotators.",
+            "auto_retrain_share": "0–1. 1: the round trains by itself when every batch item is labelled, decided "
+            "or returned; 0.8: at 80 %; 0: only when ML staff press “Retrain now”.",
+            "lead_adjudicates_own": "Off by default: a lead who labelled an item is not its judge.",
+        }
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 8}), "instructions": forms.Textarea(attrs={"rows": 3})}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -202,6 +260,10 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             self.frozen_round = last
             self.initial.setdefault("labels_text", format_label_lines(self._current_labels()))
             self.initial.setdefault("few_shot_text", format_few_shot(self.instance.few_shot or []))
+        self.case_warnings: list[str] = []
+        self.fields["auto_retrain_share"].required = False  # a script that leaves it out keeps the default
+        if not self.instance.pk:
+            self.initial.setdefault("auto_retrain_share", 1.0)  # new projects: a round finishes by itself
         for name, rng in RANGES.items():
             widget = self.fields[name].widget
             widget.attrs["min"] = rng.low
@@ -220,6 +282,12 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         if value is not None and (value < rng.low or (rng.high is not None and value > rng.high)):
             raise ValidationError(f"{rng.why}; got {value}")
         return value
+
+    def clean_auto_retrain_share(self) -> float:
+        value = self.cleaned_data.get("auto_retrain_share")
+        if value is None:
+            return float(self.instance.auto_retrain_share if self.instance.pk else 0.0)
+        return float(value)
 
     def clean_model_dir(self) -> str:
         return str(self.cleaned_data.get("model_dir") or "").strip()
@@ -248,6 +316,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             self._check_frozen(labels, data.get("few_shot"))
             if "labels_text" not in self.errors and "model_dir" not in self.errors:
                 data["labels_text"] = self._verify_codes(labels, data.get("model_dir", ""))
+                self.case_warnings = case_only_differences(data["labels_text"])
         return data
 
     def _check_frozen(self, labels: list[LabelInput], few_shot: list[dict[str, str]] | None) -> None:

@@ -52,10 +52,37 @@ class Project(models.Model):
     overlap_annotators = models.PositiveSmallIntegerField(default=2)
     lease_seconds = models.PositiveIntegerField(default=600)
     show_suggestion = models.BooleanField(default=False)  # off by default: it biases annotators
+    # Off by default: a lead deciding a disagreement they are part of is judge in their own case.
+    lead_adjudicates_own = models.BooleanField(default=False)
     test_set_size = models.PositiveIntegerField(default=500)
 
     def __str__(self) -> str:
         return self.name
+
+
+class ProjectMembership(models.Model):
+    """A user's role in one project. A project without any membership row is open to every user with
+    the global role (the groups); once it has one, only its members (and superusers) open it, each
+    with the role of their membership. See README, "Who can open a project"."""
+
+    class Role(models.TextChoices):
+        ANNOTATOR = "annotator"
+        LEAD = "lead"
+        ML = "ml"
+
+    project = models.ForeignKey(Project, related_name="memberships", on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="memberships", on_delete=models.CASCADE)
+    role = models.CharField(max_length=12, choices=Role.choices)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project}: {self.role}"
 
 
 class Label(models.Model):
@@ -413,6 +440,7 @@ __all__ = [
     "Lease",
     "Prediction",
     "Project",
+    "ProjectMembership",
     "Round",
     "ScoreShard",
     "Skip",

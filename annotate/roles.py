@@ -1,5 +1,11 @@
-"""Roles are Django groups. Every view declares the roles it admits; the check runs server-side, so a
-URL typed by hand gets 403, never the page."""
+"""Roles are Django groups, and per project a membership can narrow them. Every view declares the
+roles it admits; the check runs server-side, so a URL typed by hand gets 403, never the page.
+
+Who can open a project (decision, README "Who can open a project"): a project without members is
+open to every user by their global role (one team, one install: nothing to set up); once a lead or
+ML staff adds a member, the project is open only to its members, each with the role of their
+membership (a global "ml" user who is not a member gets 403 there, an annotator of project A cannot
+label project B). Superusers open everything."""
 
 from __future__ import annotations
 
@@ -59,14 +65,58 @@ def has_role(user: Any, *roles: str) -> bool:
     return bool(roles_of(user) & set(roles))
 
 
+def _membership_sql() -> str:
+    from annotate.models import ProjectMembership
+
+    table = ProjectMembership._meta.db_table
+    # One statement: my role if I am a member; else any member's row (the project is restricted).
+    return (
+        f"SELECT role, user_id = %(user)s FROM {table} WHERE project_id = %(project)s "
+        "ORDER BY CASE WHEN user_id = %(user)s THEN 0 ELSE 1 END LIMIT 1"
+    )
+
+
+def project_roles(user: Any, project_id: int) -> set[str]:
+    """The user's roles in one project: their global roles while the project has no members, else
+    the role of their membership (none: not a member). Read once per request and project."""
+    if not user.is_authenticated:
+        return set()
+    if user.is_superuser:
+        return set(ALL_ROLES)
+    cache: dict[int, set[str]] = user.__dict__.setdefault("_alann_project_roles", {})
+    if project_id not in cache:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(_membership_sql(), {"user": user.pk, "project": int(project_id)})
+            row = cursor.fetchone()
+        if row is None:
+            cache[project_id] = set(roles_of(user))
+        else:
+            cache[project_id] = {row[0]} if row[1] else set()
+    return cache[project_id]
+
+
+def has_project_role(user: Any, project_id: int, *roles: str) -> bool:
+    return bool(project_roles(user, project_id) & set(roles))
+
+
 def role_required(*roles: str) -> Callable[[View], View]:
-    """Login required, then one of `roles` (403 otherwise). Leads may do what annotators do."""
+    """Login required, then one of `roles` (403 otherwise): in the project of a ``project_id`` URL,
+    the user's roles there (`project_roles`); elsewhere their global roles. Leads may do what
+    annotators do (views list both)."""
 
     def decorator(view: View) -> View:
         @wraps(view)
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            if not has_role(request.user, *roles):
-                raise PermissionDenied(f"this page needs the role {' or '.join(roles)}")
+            project_id = kwargs.get("project_id")
+            if project_id is not None:
+                allowed = has_project_role(request.user, int(project_id), *roles)
+            else:
+                allowed = has_role(request.user, *roles)
+            if not allowed:
+                where = " in this project" if project_id is not None else ""
+                raise PermissionDenied(f"this page needs the role {' or '.join(roles)}{where}")
             return view(request, *args, **kwargs)
 
         return login_required(wrapped)  # type: ignore[return-value]

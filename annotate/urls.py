@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 
 from annotate import api
-from annotate.views import annotator, data, home, lead, ml, setup
+from annotate.views import annotator, data, home, items, lead, ml, setup, team
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -23,9 +23,20 @@ urlpatterns = [
     path("p/<int:project_id>/lead/items/<int:item_id>/adjudicate/", lead.lead_adjudicate, name="lead_adjudicate"),
     path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
+    # Item browser (leads, ml)
+    path("p/<int:project_id>/items/", items.item_browser, name="item_browser"),
+    path("p/<int:project_id>/items/<int:item_id>/", items.item_detail, name="item_detail"),
+    path("p/<int:project_id>/items/<int:item_id>/relabel/", items.item_relabel, name="item_relabel"),
+    path("p/<int:project_id>/items/<int:item_id>/review/", items.item_to_review, name="item_to_review"),
+    # Team (leads, ml)
+    path("team/", team.team, name="team"),
+    path("team/<int:user_id>/roles/", team.team_roles, name="team_roles"),
+    path("p/<int:project_id>/members/", team.project_members, name="project_members"),
+    path("p/<int:project_id>/members/<int:user_id>/remove/", team.project_member_remove, name="project_member_remove"),
     # Data in and out
     path("p/<int:project_id>/import/", data.import_upload, name="import_upload"),
     path("p/<int:project_id>/import/<int:job_id>/", data.import_status, name="import_status"),
+    path("p/<int:project_id>/export/", data.export_page, name="export_page"),
     re_path(
         r"^p/(?P<project_id>\d+)/export/(?P<what>labels|predictions)\.(?P<fmt>csv|jsonl)$",
         data.export_download,

@@ -88,8 +88,15 @@ _TEAM_COUNTS_SQL = """SELECT batch.*, pool.* FROM
    COALESCE(SUM(CASE WHEN is_test THEN 1 ELSE 0 END), 0) AS test,
    COALESCE(SUM(CASE WHEN is_test AND final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS test_final
  FROM {item} WHERE project_id = %(project)s) pool""".format(**_TABLES)
-# The annotator's labels in the project, and in the round(s) now labelling.
-_MINE_SQL = """SELECT COUNT(*), COALESCE(SUM(CASE WHEN r.status = %(labeling)s THEN 1 ELSE 0 END), 0)
+# The annotator's labels in the project, in the round(s) now labelling, and of those the ones that
+# finished an item: each is a floor for a team count (a team count may lag, it may never read less
+# than what this annotator alone has done).
+_MINE_SQL = """SELECT COUNT(*),
+  COALESCE(SUM(CASE WHEN r.status = %(labeling)s THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN r.status = %(labeling)s AND (i.final_label_id IS NOT NULL OR i.required_labels <= 1)
+    THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN NOT i.is_test AND i.final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN i.is_test AND i.final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0)
 FROM {annotation} a JOIN {item} i ON i.id = a.item_id LEFT JOIN {round} r ON r.id = a.round_id
 WHERE a.annotator_id = %(user)s AND i.project_id = %(project)s""".format(**_TABLES)
 _TEAM_COUNTS = ("total", "complete", "needed", "given", "pool", "pool_final", "test", "test_final")
@@ -99,6 +106,10 @@ def _count_team(project_id: int) -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute(_TEAM_COUNTS_SQL, {"project": project_id, "labeling": Round.Status.LABELING.value})
         return {name: int(value) for name, value in zip(_TEAM_COUNTS, cursor.fetchone(), strict=True)}
+
+
+def _counts_key(project: Project) -> str:
+    return f"alann:progress:{project.pk}:{project.created_at.timestamp()}"
 
 
 def _refresh_team_counts(key: str, project_id: int) -> None:
@@ -118,7 +129,7 @@ def _team_counts(project: Project) -> dict[str, int]:
     hot request's latency); a stale value is served while one background thread per process
     recounts. The first count of a project is synchronous (settings.PROGRESS_RECOUNT_IN_BACKGROUND
     False: always synchronous, as before)."""
-    key = f"alann:progress:{project.pk}:{project.created_at.timestamp()}"
+    key = _counts_key(project)
     entry: tuple[dict[str, int], float] | None = cache.get(key)
     if entry is not None and time.time() - entry[1] < _PROJECT_COUNTS_TTL:
         return entry[0]
@@ -134,21 +145,35 @@ def _team_counts(project: Project) -> dict[str, int]:
     return counts
 
 
-def progress_for(*, project: Project, annotator: Any) -> Progress:
-    """The team's counts (cached a few seconds) and the annotator's own (live)."""
-    team = _team_counts(project)
+def _floor(team_done: int, mine: int, total: int) -> Bar:
+    """A team bar never below what the annotator alone has done (the team count may be seconds old)."""
+    return Bar(min(max(team_done, mine), max(total, mine)), max(total, mine))
+
+
+def progress_for(*, project: Project, annotator: Any, fresh: bool = False) -> Progress:
+    """The team's counts (cached a few seconds; ``fresh``: recounted now) and the annotator's own
+    (live). Each team bar is floored by the annotator's own finished work, so a label shows at once."""
+    team = _count_team_now(project) if fresh else _team_counts(project)
     params = {"project": project.pk, "user": annotator.pk, "labeling": Round.Status.LABELING.value}
     with connection.cursor() as cursor:
         cursor.execute(_MINE_SQL, params)
-        mine, mine_round = cursor.fetchone()
+        mine, mine_round, mine_complete, mine_pool_final, mine_test_final = (int(v) for v in cursor.fetchone())
     return Progress(
-        batch=Bar(team["complete"], team["total"]),
-        round=Bar(team["given"], team["needed"]),
-        overall=Bar(team["pool_final"], team["pool"]),
-        test=Bar(team["test_final"], team["test"]),
+        batch=_floor(team["complete"], mine_complete, team["total"]),
+        round=_floor(team["given"], mine_round, team["needed"]),
+        overall=_floor(team["pool_final"], mine_pool_final, team["pool"]),
+        test=_floor(team["test_final"], mine_test_final, team["test"]),
         mine=mine,
         mine_round=mine_round,
     )
+
+
+def _count_team_now(project: Project) -> dict[str, int]:
+    """Recount in the request and store (the annotate page's empty state: it must not contradict)."""
+    key = _counts_key(project)
+    counts = _count_team(project.pk)
+    cache.set(key, (counts, time.time()), None)
+    return counts
 
 
 def suggestion_for(*, item: Item, project: Project) -> Prediction | None:
@@ -164,3 +189,48 @@ def guidelines_html(*, project: Project) -> str:
     if not project.guidelines.strip():
         return ""
     return nh3.clean(markdown.markdown(project.guidelines, extensions=["tables", "fenced_code", "sane_lists"]))
+
+
+def empty_queue_reason(*, project: Project, annotator: Any, queue: str) -> str:
+    """Why the annotator's queue is empty, in one or two sentences that agree with the bars: which
+    items are left, who they wait for, and what happens next."""
+    from annotate.selectors.progress import batch_status, labeling_round
+
+    if queue == "test":
+        return _empty_test_reason(project=project, annotator=annotator)
+    current = labeling_round(project_id=project.pk)
+    if current is None:
+        latest = Round.objects.filter(project=project).order_by("-number").first()
+        if latest is None:
+            return "No batch is open yet: ML staff start the first round, then its batch appears here."
+        return (
+            f"No batch is open: round {latest.number} is {latest.get_status_display().lower()}. "
+            "The next batch appears here when ML staff start the next round."
+        )
+    batch = batch_status(round=current)
+    if batch.complete:
+        return f"Round {current.number}'s batch is done ({batch.finished} of {batch.size} items). Thank you!"
+    parts = []
+    if batch.need_labels:
+        verb = "is" if batch.need_labels == 1 else "are"
+        parts.append(f"{batch.need_labels} {verb} with other annotators or need a second annotator's label")
+    if batch.waiting_for_lead:
+        verb = "waits" if batch.waiting_for_lead == 1 else "wait"
+        parts.append(f"{batch.waiting_for_lead} {verb} for a lead (skipped or disagreeing)")
+    return (
+        f"You have done everything open to you in round {current.number}: {batch.finished} of {batch.size} "
+        f"batch items are done; {'; '.join(parts)}. Check again in a while."
+    )
+
+
+def _empty_test_reason(*, project: Project, annotator: Any) -> str:
+    open_items = Item.objects.filter(project=project, is_test=True, final_label__isnull=True)
+    if not open_items.exists():
+        return "Every test-set item has its labels."
+    waiting = open_items.filter(annotations__annotator=annotator).count()
+    if waiting:
+        return (
+            f"You have labelled every test-set item open to you; {waiting} of them wait for another "
+            "annotator's label (test items are labelled twice where overlap is on)."
+        )
+    return "Every open test-set item is being labelled by someone else right now. Check again in a while."

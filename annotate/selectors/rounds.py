@@ -14,7 +14,7 @@ from annotate.models import Annotation, BatchItem, Item, Project, Round
 @dataclass(frozen=True)
 class TestSetStatus:
     size: int
-    labelled: int  # test items with a gold label
+    labelled: int  # test items with a final label (imported gold, or agreed by annotators): what evaluation uses
 
     @property
     def percent(self) -> int:
@@ -47,7 +47,7 @@ def any_round_active(*, project: Project) -> bool:
 
 def test_set_status(*, project: Project) -> TestSetStatus:
     test = Item.objects.filter(project=project, is_test=True)
-    return TestSetStatus(size=test.count(), labelled=test.filter(gold_label__isnull=False).count())
+    return TestSetStatus(size=test.count(), labelled=test.filter(final_label__isnull=False).count())
 
 
 def learning_curve_data_uri(*, project: Project) -> str | None:

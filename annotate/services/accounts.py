@@ -34,3 +34,71 @@ def user_create(*, username: str, password: str, roles: Sequence[str], email: st
     user = user_model.objects.create_user(username=username, password=password, email=email, is_staff=is_staff)
     user.groups.set(Group.objects.filter(name__in=roles))
     return user
+
+
+def grantable_roles(actor_roles: set[str]) -> set[str]:
+    """Roles an actor may give or take: leads the annotator and lead roles, ML staff all three."""
+    from annotate.roles import ML
+
+    return set(ALL_ROLES) if ML in actor_roles else set(ALL_ROLES) - {ML}
+
+
+def _check_target(user: Any) -> None:
+    if user.is_superuser:
+        raise AccountError(f"{user.username} is an administrator; change them in the admin site")
+
+
+@transaction.atomic
+def user_create_by(*, actor_roles: set[str], username: str, password: str, roles: Sequence[str]) -> Any:
+    """A lead or ML staff member adds a user (Team page). Roles outside what they may grant are refused."""
+    refused = sorted(set(roles) - grantable_roles(actor_roles))
+    if refused:
+        raise AccountError(f"you may not give the role(s) {', '.join(refused)}")
+    if not username.strip():
+        raise AccountError("the username is empty")
+    return user_create(username=username.strip(), password=password, roles=roles)
+
+
+@transaction.atomic
+def user_roles_set(*, actor_roles: set[str], user: Any, roles: Sequence[str]) -> Any:
+    """Set the user's global roles within what the actor may grant; roles the actor may not grant
+    stay as they are (a lead editing an ML user keeps their ml role)."""
+    _check_target(user)
+    grantable = grantable_roles(actor_roles)
+    refused = sorted(set(roles) - grantable)
+    if refused:
+        raise AccountError(f"you may not give the role(s) {', '.join(refused)}")
+    kept = set(user.groups.filter(name__in=ALL_ROLES).values_list("name", flat=True)) - grantable
+    ensure_groups()
+    user.groups.set(Group.objects.filter(name__in=set(roles) | kept))
+    return user
+
+
+@transaction.atomic
+def membership_set(*, actor_roles: set[str], project: Any, user: Any, role: str, added_by: Any = None) -> Any:
+    """Add the user to the project with `role`, or change their role there (one row per project and user)."""
+    from annotate.models import ProjectMembership
+
+    if role not in ALL_ROLES:
+        raise AccountError(f"unknown role {role!r}; roles are {list(ALL_ROLES)}")
+    if role not in grantable_roles(actor_roles):
+        raise AccountError(f"you may not give the role {role}")
+    current = ProjectMembership.objects.filter(project=project, user=user).first()
+    if current is not None and current.role not in grantable_roles(actor_roles):
+        raise AccountError(f"{user.username} is {current.role} in this project; only ML staff change that")
+    membership, _ = ProjectMembership.objects.update_or_create(
+        project=project, user=user, defaults={"role": role, "added_by": added_by}
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, actor_roles: set[str], project: Any, user: Any) -> None:
+    from annotate.models import ProjectMembership
+
+    current = ProjectMembership.objects.filter(project=project, user=user).first()
+    if current is None:
+        return
+    if current.role not in grantable_roles(actor_roles):
+        raise AccountError(f"{user.username} is {current.role} in this project; only ML staff remove that")
+    current.delete()

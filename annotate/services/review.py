@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import Adjudication, Item, Label, Skip
+from annotate.models import Adjudication, Annotation, Item, Label, Skip
+from annotate.selectors.progress import labeling_rounds_of_item
 from annotate.services.labeling import batch_rows_done
 
 
@@ -21,7 +23,12 @@ def adjudicate(*, item: Item, label: Label | None, lead: Any, note: str = "") ->
     resolve the item's skips. Upsert: deciding again replaces the decision, never adds a second row."""
     if label is not None and label.project_id != item.project_id:
         raise ReviewError(f"label {label.name!r} belongs to another project")
-    item = Item.objects.select_for_update().get(pk=item.pk)
+    item = Item.objects.select_for_update().select_related("project").get(pk=item.pk)
+    if not item.project.lead_adjudicates_own and Annotation.objects.filter(item=item, annotator=lead).exists():
+        raise ReviewError(
+            "you labelled this item yourself, so another lead decides it "
+            "(Setup: “Leads may decide items they labelled” allows it)"
+        )
     decision, _ = Adjudication.objects.update_or_create(
         item=item, defaults={"label": label, "decided_by": lead, "note": note}
     )
@@ -31,6 +38,7 @@ def adjudicate(*, item: Item, label: Label | None, lead: Any, note: str = "") ->
     item.save(update_fields=["final_label", "finalized_at", "state"])
     batch_rows_done(item_id=item.pk, done=True)
     Skip.objects.filter(item=item, resolved=False).update(resolved=True)
+    _after_decision(item.pk)
     return decision
 
 
@@ -48,4 +56,30 @@ def item_return_to_pool(*, item: Item, lead: Any) -> Item:
     batch_rows_done(item_id=item.pk, done=False)
     Adjudication.objects.filter(item=item).delete()  # an 'unlabelable' decision no longer holds
     Skip.objects.filter(item=item, resolved=False).update(resolved=True)
+    _after_decision(item.pk)
     return item
+
+
+@transaction.atomic
+def item_send_to_review(*, item: Item, lead: Any, reason: str = "") -> Item:
+    """A lead takes an item out of the annotators' queues into the review bucket (item browser). An
+    item with a final label keeps it: relabel it instead."""
+    item = Item.objects.select_for_update().get(pk=item.pk)
+    if item.final_label_id is not None:
+        raise ReviewError("this item already has a final label; relabel it instead of sending it to review")
+    if item.state == Item.State.UNLABELABLE:
+        raise ReviewError("this item is marked unlabelable; return it to the pool first")
+    item.state = Item.State.REVIEW
+    item.review_reason = (reason.strip() or f"sent to review by {lead.username}")[:200]
+    item.save(update_fields=["state", "review_reason"])
+    return item
+
+
+def _after_decision(item_id: int) -> None:
+    """A decided or returned item may finish its round's batch: once the decision commits, let each
+    labelling round holding the item start training if its batch is done (a no-op while the
+    project's auto-retrain share is off or not reached)."""
+    from annotate.services.rounds import maybe_auto_retrain
+
+    for round_id in labeling_rounds_of_item(item_id=item_id):
+        transaction.on_commit(functools.partial(maybe_auto_retrain, round_id))

@@ -140,13 +140,16 @@ def round_start_training(*, round_id: int) -> Round:
 
 
 def maybe_auto_retrain(round_id: int) -> bool:
-    """Called by the labeling service after each label: start training once the project's
-    ``auto_retrain_share`` of the round's batch has a final label. True when it started it."""
+    """Called by the labeling and review services after each label or lead decision: start training
+    once the project's ``auto_retrain_share`` of the round's batch is finished (labelled, decided or
+    returned: annotate.selectors.progress). True when it started it."""
+    from annotate.selectors.progress import batch_items_finished
+
     row = Round.objects.select_related("project").filter(id=round_id, status=S.LABELING).first()
     if row is None or row.project.auto_retrain_share <= 0:
         return False
     size = loop_sel.batch_size(round=row)
-    if size == 0 or loop_sel.labels_collected(round=row) < row.project.auto_retrain_share * size:
+    if size == 0 or batch_items_finished(round=row) < row.project.auto_retrain_share * size:
         return False
     try:
         round_start_training(round_id=row.id)

@@ -53,8 +53,34 @@ def _select(row: Round) -> None:
             ],
             ignore_conflicts=True,
         )
+        batch_overlap_apply(round=row)  # the overlap share of the batch needs k distinct annotators
         round_transition(row.id, S.SELECTING, S.LABELING)
     add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
+
+
+def batch_overlap_apply(*, round: Round) -> int:
+    """Make the project's ``overlap_share`` of the round's batch need ``overlap_annotators`` distinct
+    annotators (so leads see agreement and disagreements on training items, not only on the test
+    set). The overlap rows are spread evenly over the batch's rank order (every n-th row from the
+    first), so they come up early and throughout. Called once when the batch is written; idempotent.
+    Returns how many items need several annotators."""
+    project = round.project
+    if project.overlap_share <= 0 or project.overlap_annotators < 2:
+        return 0
+    ranked = list(BatchItem.objects.filter(round=round).order_by("rank", "item_id").values_list("item_id", flat=True))
+    if not ranked:
+        return 0
+    n = max(1, round_half_up(project.overlap_share * len(ranked)))
+    step = len(ranked) / n
+    chosen = [ranked[int(i * step)] for i in range(n)]
+    Item.objects.filter(id__in=chosen, final_label__isnull=True, required_labels__lt=project.overlap_annotators).update(
+        required_labels=project.overlap_annotators
+    )
+    return n
+
+
+def round_half_up(value: float) -> int:
+    return int(value + 0.5)
 
 
 def predictions_upsert(

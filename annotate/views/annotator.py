@@ -17,6 +17,7 @@ from annotate.forms import LabelForm, SkipForm
 from annotate.models import Annotation, Item, Project
 from annotate.roles import ANNOTATOR, LEAD, role_required
 from annotate.selectors.labeling import (
+    empty_queue_reason,
     guidelines_html,
     label_buttons,
     progress_for,
@@ -67,7 +68,11 @@ def _panel(
         "error": error,
         "buttons": label_buttons(project=project),
         "suggestion": suggestion_for(item=shown, project=project) if shown is not None else None,
-        "progress": progress_for(project=project, annotator=request.user),
+        # An empty queue recounts the team now: "nothing to label" next to a lagging bar reads as lost work.
+        "progress": progress_for(project=project, annotator=request.user, fresh=shown is None),
+        "empty_reason": empty_queue_reason(project=project, annotator=request.user, queue=queue)
+        if shown is None
+        else "",
     }
     if request.htmx:  # type: ignore[attr-defined]
         return render(request, f"{TEMPLATE}#panel", context, status=status)

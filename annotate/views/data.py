@@ -1,5 +1,5 @@
-"""Data in and out in the browser: upload an import (runs as a background task, polled progress bar)
-and download label / prediction exports."""
+"""Data in and out in the browser: upload an import (runs as a background task, polled progress bar),
+the export page (the training export with columns and filters) and the label / prediction downloads."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from annotate.forms_data import ExportForm
 from annotate.models import ImportJob, Project
 from annotate.roles import LEAD, ML, role_required
 from annotate.services.exports import export_labels, export_predictions
+from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset
 from annotate.services.imports import ImportFailed, detect_format, import_create
 
 
@@ -80,11 +82,31 @@ def import_status(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
     return render(request, "annotate/import_status.html", context)
 
 
+def _streamed(chunks: object, *, project: Project, name: str, fmt: str) -> StreamingHttpResponse:
+    content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    response = StreamingHttpResponse(chunks, content_type=f"{content_type}; charset=utf-8")  # type: ignore[arg-type]
+    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{name}.{fmt}"'
+    return response
+
+
+@role_required(ML, LEAD)
+def export_page(request: HttpRequest, project_id: int) -> HttpResponseBase:
+    """The export page (leads and ML staff): the training export with a choice of columns and
+    filters (GET ?download=1 streams it), and the audit and prediction downloads."""
+    project = get_object_or_404(Project, pk=project_id)
+    bound = "download" in request.GET
+    form = ExportForm(request.GET if bound else None, project=project)
+    if bound and form.is_valid():
+        fmt = form.cleaned_data["fmt"]
+        return _streamed(
+            export_dataset(project=project, fmt=fmt, spec=form.spec()), project=project, name="labels", fmt=fmt
+        )
+    context = {"project": project, "form": form, "columns": DATASET_COLUMNS}
+    return render(request, "annotate/export.html", context, status=400 if bound else 200)
+
+
 @role_required(ML, LEAD)
 def export_download(request: HttpRequest, project_id: int, what: str, fmt: str) -> HttpResponseBase:
     project = get_object_or_404(Project, pk=project_id)
     export = export_labels if what == "labels" else export_predictions
-    content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    response = StreamingHttpResponse(export(project=project, fmt=fmt), content_type=f"{content_type}; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{what}.{fmt}"'
-    return response
+    return _streamed(export(project=project, fmt=fmt), project=project, name=what, fmt=fmt)

@@ -4,18 +4,18 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from annotate.models import Project
-from annotate.roles import ANNOTATOR, LEAD, ML, roles_of
+from annotate.roles import LEAD, ML, roles_of
+from annotate.selectors.projects import project_cards
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """Landing page: every project, with the links the user's roles open."""
+    """Landing page: what the app does, the projects the user may open with their progress and the
+    links the user's roles open there, and for ML staff the way to a new project."""
     roles = roles_of(request.user)
     context = {
-        "projects": Project.objects.order_by("name"),
+        "cards": project_cards(user=request.user),
         "roles": sorted(roles),
-        "is_annotator": ANNOTATOR in roles or LEAD in roles,
         "is_lead": LEAD in roles,
         "is_ml": ML in roles,
     }

@@ -1,4 +1,9 @@
-"""ML staff page: rounds with live progress, start/retrain requests, learning curve, test-set status."""
+"""ML staff page: rounds with live progress, start/retrain requests, learning curve, test set.
+
+The live part (round table, learning curve, latest evaluation) is one polled region: it refreshes
+every 2 s while a round is active, and its last answer (the round done) carries the new curve, so the
+page never needs a reload. Messages answering a button live outside that region (an out-of-band
+swap), so the next refresh never wipes them."""
 
 from __future__ import annotations
 
@@ -12,14 +17,21 @@ from annotate.forms_setup import RoundStartForm
 from annotate.models import Project
 from annotate.roles import ML, role_required
 from annotate.selectors import rounds as rounds_sel
+from annotate.selectors.progress import batch_status, labeling_round
+from annotate.selectors.round_display import next_step_sentence, round_views
 from annotate.services.rounds import RoundError, round_request_retrain, round_request_start
 
 
-def _rounds_context(project: Project, **extra: object) -> dict[str, object]:
+def _live_context(project: Project, **extra: object) -> dict[str, object]:
+    rounds = rounds_sel.rounds_with_progress(project=project)
     return {
         "project": project,
-        "rounds": rounds_sel.rounds_with_progress(project=project),
+        "rounds": round_views(rounds=rounds),
         "active": rounds_sel.any_round_active(project=project),
+        "test_set": rounds_sel.test_set_status(project=project),
+        "curve_uri": rounds_sel.learning_curve_data_uri(project=project),
+        "evaluation": rounds_sel.latest_evaluation(project=project),
+        "n_rounds": len(rounds),
         **extra,
     }
 
@@ -27,30 +39,32 @@ def _rounds_context(project: Project, **extra: object) -> dict[str, object]:
 @role_required(ML)
 def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    context = _rounds_context(
-        project,
-        start_form=RoundStartForm(),
-        test_set=rounds_sel.test_set_status(project=project),
-        curve_uri=rounds_sel.learning_curve_data_uri(project=project),
-        evaluation=rounds_sel.latest_evaluation(project=project),
-    )
-    return render(request, "annotate/ml.html", context)
+    return render(request, "annotate/ml.html", _live_context(project, start_form=RoundStartForm()))
 
 
 @role_required(ML)
 def ml_rounds(request: HttpRequest, project_id: int) -> HttpResponse:
-    """The polled round table. Once no round is active, the last answer also stops the polling."""
+    """The polled live region. Once no round is active, the last answer also stops the polling."""
     project = get_object_or_404(Project, pk=project_id)
-    context = _rounds_context(project)
-    response = render(request, "annotate/ml.html#rounds", context)
+    context = _live_context(project)
+    response = render(request, "annotate/ml.html#live", context)
     if not context["active"]:
         return HttpResponseStopPolling(response.content)
     return response
 
 
+def _refusal(project: Project, error: str) -> str:
+    """A refusal while a round labels says what its batch waits for and what to press."""
+    current = labeling_round(project_id=project.pk)
+    if current is None:
+        return error
+    return f"{error}. {next_step_sentence(project=project, batch=batch_status(round=current))}"
+
+
 def _after_request(request: HttpRequest, project: Project, done: str, error: str) -> HttpResponse:
     if request.htmx:  # type: ignore[attr-defined]
-        return render(request, "annotate/ml.html#rounds", _rounds_context(project, notice=done, error=error))
+        context = _live_context(project, notice=done, error=error, oob=True)
+        return render(request, "annotate/ml.html#answer", context)
     if error:
         messages.error(request, error)
     else:
@@ -68,7 +82,7 @@ def ml_round_start(request: HttpRequest, project_id: int) -> HttpResponse:
     try:
         new = round_request_start(project=project, user=request.user, strategy=form.cleaned_data["strategy"])
     except RoundError as exc:
-        return _after_request(request, project, "", str(exc))
+        return _after_request(request, project, "", _refusal(project, str(exc)))
     return _after_request(request, project, f"Round {new.number} requested.", "")
 
 

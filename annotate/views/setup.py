@@ -41,8 +41,10 @@ def setup_new(request: HttpRequest) -> HttpResponse:
         except ProjectError as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Project “{project.name}” created.")
-            return redirect("project_setup", project_id=project.pk)
+            messages.success(request, f"Project “{project.name}” created. Next: upload the texts to label.")
+            for warning in form.case_warnings:
+                messages.warning(request, warning)
+            return redirect("import_upload", project_id=project.pk)
     return _render(request, form, None)
 
 
@@ -62,5 +64,7 @@ def project_setup(request: HttpRequest, project_id: int) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             messages.success(request, "Setup saved.")
+            for warning in form.case_warnings:
+                messages.warning(request, warning)
             return redirect("project_setup", project_id=project.pk)
     return _render(request, form, project)

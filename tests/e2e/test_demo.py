@@ -26,7 +26,7 @@ def test_demo_setup_ends_on_a_page_where_the_annotator_labels_trec(
         live.manage("migrate", "--noinput")
         out = live.manage("demo_setup", "--data", str(trec))
         passwords = dict(re.findall(r"user (\w+)\s+password (\S+)", out))
-        assert set(passwords) == {"annotator", "lead", "ml"}
+        assert set(passwords) == {"annotator", "annotator2", "lead", "ml"}
         assert "5,452 items" in out
         again = live.manage("demo_setup", "--data", str(trec))  # idempotent: same project, new passwords
         assert "5,452 items" in again

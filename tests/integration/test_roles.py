@@ -128,7 +128,7 @@ def test_home_lists_projects_with_the_links_of_each_role(project: Project) -> No
     ml, _ = client_for("ml")
     page = ml.get(reverse("home")).content.decode()
     assert reverse("ml_home", args=[project.pk]) in page and reverse("setup_new") in page
-    assert reverse("lead_agreement", args=[project.pk]) not in page
+    assert reverse("lead_queue", args=[project.pk, "disagreements"]) not in page
 
 
 def test_user_create_puts_users_in_groups_and_refuses_unknown_roles() -> None:

@@ -94,5 +94,5 @@ def test_ml_page_starts_a_round_with_the_selected_strategy(project: Project) -> 
     refused = client.post(start, {"strategy": "smart"}, headers={"HX-Request": "true"}).content.decode()
     assert f"unknown strategy smart; expected one of {ALLOWED}" in refused and not Round.objects.exists()
     response = client.post(start, {"strategy": "kcenter-only"}, headers={"HX-Request": "true"}).content.decode()
-    assert "Round 1 requested." in response and '<td class="strategy">kcenter-only</td>' in response
+    assert "Round 1 requested." in response and '<div class="muted strategy">kcenter-only</div>' in response
     assert Round.objects.get(project=project).strategy == "kcenter-only"

@@ -82,7 +82,24 @@ def test_ml_creates_a_project_and_empty_codes_get_working_suggestions(ml: Client
     assert len(set(codes)) == 3 and all(codes)
     assert project.few_shot == [{"text": "The match ended 2-1", "label": "Sports"}]
     assert (project.batch_size, project.ensemble_k, project.overlap_share) == (50, 4, 0.1)
-    assert response["Location"] == reverse("project_setup", args=[project.pk])
+    assert response["Location"] == reverse("import_upload", args=[project.pk])  # the next step: upload the texts
+
+
+def test_codes_that_differ_only_by_case_are_flagged(ml: Client) -> None:
+    data = form_data(labels_text="Politics | | P\nPeople | | p", few_shot_text="")
+    response = ml.post(reverse("setup_new"), data, follow=True)
+    page = response.content.decode()
+    assert Project.objects.filter(name="news topics").exists()  # valid tokens: saved, with a warning
+    assert "The codes “P” (Politics) and “p” (People) differ only by case" in page
+
+
+def test_new_project_form_defaults_to_a_round_that_finishes_by_itself(ml: Client) -> None:
+    page = ml.get(reverse("setup_new")).content.decode()
+    assert 'name="auto_retrain_share" value="1.0"' in page
+    assert "Start training when this share of the batch is done" in page
+    for words in ("Candidates per batch item", "Review threshold (label mass)", "Models in the ensemble",
+                  "Time an annotator holds an item (seconds)", "BALD: disagreement between the ensemble"):  # fmt: skip
+        assert words in page  # human words and help text, not internal names
 
 
 def test_colliding_codes_name_the_labels_and_prefill_codes_that_work(ml: Client) -> None:
@@ -217,7 +234,9 @@ def test_ml_page_requests_a_round_and_polls_only_while_one_is_active(ml: Client)
         status="done", metrics={"curve_svg": "<svg xmlns='http://www.w3.org/2000/svg'/>", "accuracy": 0.75}
     )
     final = ml.get(rounds, headers={"HX-Request": "true"})
-    assert final.status_code == 286 and "accuracy: 0.750" in final.content.decode()
+    body = final.content.decode()
+    assert final.status_code == 286 and "Test accuracy: <strong>75.0 %</strong>" in body
+    assert 'src="data:image/svg+xml;base64,' in body  # the polled answer carries the new curve: no reload
     assert 'src="data:image/svg+xml;base64,' in ml.get(home).content.decode()
 
 
@@ -234,8 +253,13 @@ def test_ml_page_shows_test_set_size_and_gold_labels(ml: Client) -> None:
     sports = project.labels.get(name="Sports")
     for i in range(4):
         project.items.create(
-            external_id=str(i), text=f"t{i}", text_hash=str(i), is_test=True, gold_label=sports if i < 3 else None
+            external_id=str(i),
+            text=f"t{i}",
+            text_hash=str(i),
+            is_test=True,
+            gold_label=sports if i < 2 else None,
+            final_label=sports if i < 3 else None,  # the third: agreed by annotators, no gold label
         )
     project.items.create(external_id="pool", text="p", text_hash="p")
     page = ml.get(reverse("ml_home", args=[project.pk])).content.decode()
-    assert "3 of 4 test items have a gold label (75 %)" in page
+    assert "3 of 4 test items have a final label (75 %)" in page  # what evaluation measures on

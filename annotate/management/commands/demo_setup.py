@@ -1,6 +1,7 @@
-"""Set up the demo: a TREC project (or DATA=path), three users with printed passwords, the pool
-imported with a fixed random test set, and round 1 requested. Idempotent: a second run keeps the
-project and resets the demo passwords."""
+"""Set up the demo: a TREC project (or DATA=path), four users with printed passwords (two annotators,
+so overlap items get two labels and leads see disagreements; a lead; ML staff), the pool imported
+with a fixed random test set, and round 1 requested. Idempotent: a second run keeps the project and
+resets the demo passwords."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from annotate.models import Item, Project
-from annotate.roles import ALL_ROLES
 from annotate.services.accounts import ensure_groups
 from annotate.services.imports import ImportFailed, import_items
 from annotate.services.projects import LabelInput, project_create, test_set_draw
@@ -40,10 +40,15 @@ DEMO_SETTINGS: dict[str, Any] = {
     "test_set_size": 200,
     "cold_start_batches": 1,
     "auto_retrain_share": 1.0,  # the round retrains by itself once its batch is labelled
+    "overlap_share": 0.2,  # 4 of each 20-item batch go to both annotators: agreement and disagreements to see
     "instructions": "Classify the question by the type of answer it expects. Answer with the label code only.",
     "guidelines": "# TREC question types\n\nPick the type of **answer** the question asks for, not its topic.\n\n"
     + "\n".join(f"- **{name}**: {desc}" for name, desc in TREC_LABELS.items()),
 }
+
+
+# username → role; two annotators so that the overlap share of each batch is labelled twice
+DEMO_USERS = {"annotator": "annotator", "annotator2": "annotator", "lead": "lead", "ml": "ml"}
 
 
 class Command(BaseCommand):
@@ -57,17 +62,17 @@ class Command(BaseCommand):
         path = self._data_file(Path(opts["data"]))
         ensure_groups()
         project = Project.objects.filter(name=opts["name"]).first() or self._create(opts["name"], path)
-        passwords = {role: self._demo_user(role) for role in ALL_ROLES}
+        passwords = {name: self._demo_user(name, role) for name, role in DEMO_USERS.items()}
         from annotate.services.rounds import round_request_start
 
         if not project.rounds.exists():
             round_request_start(project=project, user=get_user_model().objects.get(username="ml"))
         self.stdout.write(self.style.SUCCESS(f"\nDemo project {project.name!r}: {project.items.count():,} items"))
-        for role, password in passwords.items():
-            self.stdout.write(f"  user {role:<10} password {password}")
+        for name, password in passwords.items():
+            self.stdout.write(f"  user {name:<10} password {password}")
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         (settings.VAR_DIR / "demo-passwords.txt").write_text(
-            "".join(f"{role} {password}\n" for role, password in passwords.items())
+            "".join(f"{name} {password}\n" for name, password in passwords.items())
         )
 
     def _data_file(self, data: Path) -> Path:
@@ -108,10 +113,10 @@ class Command(BaseCommand):
         codes = suggest_codes(AutoTokenizer.from_pretrained(settings.LLM_DIR), names)
         return [LabelInput(n, c, TREC_LABELS.get(n, "")) for n, c in zip(names, codes, strict=True)]
 
-    def _demo_user(self, role: str) -> str:
+    def _demo_user(self, name: str, role: str) -> str:
         user_model = get_user_model()
-        user, _ = user_model.objects.get_or_create(username=role)
-        password = f"{role}-{secrets.token_hex(4)}"
+        user, _ = user_model.objects.get_or_create(username=name)
+        password = f"{name}-{secrets.token_hex(4)}"
         user.set_password(password)
         user.save()
         user.groups.set(Group.objects.filter(name=role))

@@ -1,0 +1,171 @@
+"""Forms of the data pages: the export's columns and filters, the item browser's filters, a lead's
+actions on one item, and team administration (users, roles, project members)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from annotate.models import BatchItem, Item, Project, ProjectMembership
+from annotate.roles import ALL_ROLES, ML
+from annotate.services.exports_dataset import DATASET_COLUMNS, DEFAULT_COLUMNS, DatasetFilter
+
+SOURCE_CHOICES = [(s.value, s.label) for s in BatchItem.Source]
+
+
+def _label_choices(project: Project) -> list[tuple[str, str]]:
+    return [(str(lab.pk), lab.name) for lab in project.labels.order_by("order", "id")]
+
+
+class ExportForm(forms.Form):
+    fmt = forms.ChoiceField(
+        label="Format",
+        choices=[("csv", "CSV (spreadsheets, pandas)"), ("jsonl", "JSON Lines (one object per line)")],
+        initial="csv",
+    )
+    columns = forms.MultipleChoiceField(
+        choices=[(name, f"{name} — {why}") for name, why in DATASET_COLUMNS.items()],
+        initial=list(DEFAULT_COLUMNS),
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="Nothing ticked: the default columns.",
+    )
+    metadata = forms.BooleanField(
+        label="Metadata columns (one per imported extra column, named meta.<column>)", required=False, initial=True
+    )
+    labelled_only = forms.BooleanField(
+        label="Only items with a final label", required=False, initial=True,
+        help_text="Untick to add items that have labels but no final label yet (open disagreements).",
+    )  # fmt: skip
+    include_test = forms.BooleanField(label="Include the test set (split = test)", required=False, initial=True)
+    labels = forms.MultipleChoiceField(
+        label="Only these final labels", required=False, widget=forms.CheckboxSelectMultiple
+    )
+    sources = forms.MultipleChoiceField(
+        label="Only items picked by", choices=SOURCE_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    rounds = forms.CharField(label="Only rounds", required=False, help_text="Round numbers, e.g. 1,2,5")
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.MultipleChoiceField, self.fields["labels"]).choices = _label_choices(project)
+
+    def clean_rounds(self) -> list[int]:
+        raw = self.cleaned_data.get("rounds") or ""
+        parts = [p.strip() for p in raw.replace(" ", ",").split(",") if p.strip()]
+        if any(not p.isdigit() for p in parts):
+            raise forms.ValidationError("round numbers are whole numbers separated by commas, e.g. 1,2")
+        return [int(p) for p in parts]
+
+    def spec(self) -> DatasetFilter:
+        data = self.cleaned_data
+        return DatasetFilter(
+            labelled_only=data["labelled_only"],
+            include_test=data["include_test"],
+            label_ids=[int(v) for v in data["labels"]],
+            sources=list(data["sources"]),
+            round_numbers=data["rounds"],
+            columns=list(data["columns"]) or list(DEFAULT_COLUMNS),
+            metadata=data["metadata"],
+        )
+
+
+REVIEW_STATES = [
+    ("", "any"),
+    ("open", "open (no final label)"),
+    ("labelled", "labelled (final label)"),
+    ("disagreement", "disagreement"),
+    ("skipped", "skipped, waiting for a lead"),
+    ("review", "in the review bucket"),
+    ("unlabelable", "unlabelable"),
+    ("test", "test set"),
+]
+CONFIDENCE = [
+    ("", "any"),
+    ("low", "low (top probability under 50 %)"),
+    ("mid", "medium (50–80 %)"),
+    ("high", "high (over 80 %)"),
+    ("none", "no prediction yet"),
+]
+
+
+class ItemFilterForm(forms.Form):
+    q = forms.CharField(label="Search text or id", required=False)
+    label = forms.ChoiceField(label="Final label", required=False)
+    annotator = forms.ChoiceField(label="Labelled by", required=False)
+    source = forms.ChoiceField(label="Picked by", required=False, choices=[("", "any"), *SOURCE_CHOICES])
+    confidence = forms.ChoiceField(label="Model confidence", required=False, choices=CONFIDENCE)
+    state = forms.ChoiceField(label="Review state", required=False, choices=REVIEW_STATES)
+    round = forms.IntegerField(label="Round", required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        labels = [("", "any"), ("none", "none yet"), *_label_choices(project)]
+        cast(forms.ChoiceField, self.fields["label"]).choices = labels
+        users = (
+            get_user_model()
+            .objects.filter(annotations__item__project=project)
+            .distinct()
+            .order_by("username")
+            .values_list("pk", "username")
+        )
+        cast(forms.ChoiceField, self.fields["annotator"]).choices = [("", "anyone"), *((str(p), u) for p, u in users)]
+
+
+class SendToReviewForm(forms.Form):
+    reason = forms.CharField(label="Why", max_length=200, required=False)
+
+
+def _role_choices(actor_roles: set[str]) -> list[tuple[str, str]]:
+    """Leads may give the annotator and lead roles; the ml role takes ML staff (or a superuser)."""
+    return [(r, r) for r in ALL_ROLES if r != ML or ML in actor_roles]
+
+
+class UserCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(
+        widget=forms.PasswordInput, min_length=8, help_text="At least 8 characters; tell it to the person."
+    )
+    roles = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+
+    def __init__(self, *args: Any, actor_roles: set[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.MultipleChoiceField, self.fields["roles"]).choices = _role_choices(actor_roles)
+
+
+class UserRolesForm(forms.Form):
+    roles = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+
+    def __init__(self, *args: Any, actor_roles: set[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.MultipleChoiceField, self.fields["roles"]).choices = _role_choices(actor_roles)
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="User")
+    role = forms.ChoiceField(choices=[])
+
+    def __init__(self, *args: Any, actor_roles: set[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["role"]).choices = _role_choices(actor_roles)
+
+    def clean_username(self) -> Any:
+        user = get_user_model().objects.filter(username=self.cleaned_data["username"]).first()
+        if user is None:
+            raise forms.ValidationError("no such user; create them on the Team page first")
+        return user
+
+
+__all__ = [
+    "ExportForm",
+    "Item",
+    "ItemFilterForm",
+    "MemberForm",
+    "ProjectMembership",
+    "SendToReviewForm",
+    "UserCreateForm",
+    "UserRolesForm",
+]

@@ -1,0 +1,205 @@
+"""What the ML page says about each round, in words: the step it is in with elapsed time and an
+estimate of what is left, what holds up a labelling batch (and what to press), a stalled step (no
+worker), the headline metrics and the cost of the round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from annotate.models import Project, Round
+from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
+
+AUTOMATED = (
+    Round.Status.PENDING,
+    Round.Status.SCORING,
+    Round.Status.SELECTING,
+    Round.Status.TRAINING,
+    Round.Status.EVALUATING,
+)
+STEP_WORDS = {
+    "pending": "waiting for a worker to begin",
+    "scoring": "scoring the pool with the model",
+    "selecting": "choosing the batch",
+    "labeling": "labelling by annotators",
+    "training": "training the adapters",
+    "evaluating": "evaluating on the test set",
+    "done": "done",
+    "failed": "failed",
+}
+# A step that has shown no progress for this long is worth a look: is a worker running at all?
+STALL_SECONDS = 90
+_WORKERS_TTL = 20  # seconds a worker ping answer is reused (a ping waits up to a second)
+
+
+def duration(seconds: float | None) -> str:
+    """'45 s', '3 min 05 s', '1 h 02 min'."""
+    if seconds is None:
+        return "—"
+    s = max(int(round(seconds)), 0)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+@dataclass
+class RoundView:
+    """One row of the round table."""
+
+    row: Round
+    step: str
+    elapsed: str = ""
+    eta: str = ""
+    batch: BatchStatus | None = None
+    finished: int = 0  # batch items finished (labelled, decided or returned)
+    stalled: str = ""
+    metrics: list[tuple[str, str]] = field(default_factory=list)
+    cost: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _elapsed(row: Round, now: datetime) -> float:
+    return (now - row.updated_at).total_seconds()
+
+
+def _eta(done: int, total: int, elapsed: float) -> str:
+    if done <= 0 or total <= done:
+        return ""
+    return duration(elapsed * (total - done) / done)
+
+
+def _workers_alive() -> bool | None:
+    """Whether any Celery worker answers a ping (cached). None when the broker cannot be asked."""
+    cached = cache.get("alann:workers-alive")
+    if cached is not None:
+        return bool(cached)
+    try:
+        from config.celery import app
+
+        answer = app.control.inspect(timeout=1.0).ping()
+    except Exception:  # noqa: BLE001 - a broker that is down is reported as "cannot tell"
+        return None
+    alive = bool(answer)
+    cache.set("alann:workers-alive", alive, _WORKERS_TTL)
+    return alive
+
+
+def _stalled(row: Round, elapsed: float) -> str:
+    if row.status not in AUTOMATED or elapsed < STALL_SECONDS:
+        return ""
+    no_progress = (row.status == Round.Status.SCORING and row.items_scored == 0) or (
+        row.status == Round.Status.TRAINING and row.train_steps_done == 0
+    )
+    alive = _workers_alive()
+    if alive is False:
+        return (
+            f"No worker is running: this step has waited {duration(elapsed)}. Start one "
+            "(make demo starts it; or celery -A config worker -Q default,gpu); the round resumes where it stopped."
+        )
+    if no_progress or row.status in (Round.Status.PENDING, Round.Status.SELECTING):
+        return f"No progress for {duration(elapsed)}: check that a worker is running and its log."
+    return ""
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * float(value):.1f} %" if isinstance(value, int | float) else "—"
+
+
+def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    """The round's evaluation in words and units (never raw keys)."""
+    if not isinstance(metrics, dict) or "accuracy" not in metrics:
+        note = metrics.get("note") if isinstance(metrics, dict) else None
+        return [("Note", str(note))] if note else []
+    lines = [
+        ("Test accuracy", _pct(metrics.get("accuracy"))),
+        ("Macro-F1", _pct(metrics.get("macro_f1"))),
+        ("Trained on", f"{int(metrics.get('labels', 0))} labels"),
+        ("Test items", f"{int(metrics.get('test_n', 0))}"),
+    ]
+    arms = metrics.get("arms") or {}
+    if "active" in arms and "random" in arms:
+        lines.append(
+            (
+                "Active vs random",
+                f"{_pct(arms['active'].get('accuracy'))} vs {_pct(arms['random'].get('accuracy'))} "
+                f"at {int(arms['random'].get('labels', 0))} labels each",
+            )
+        )
+    return lines
+
+
+def cost_lines(cost: dict[str, Any]) -> list[tuple[str, str]]:
+    """Seconds per device, tokens scored, human labelling minutes."""
+    if not isinstance(cost, dict):
+        return []
+    by_device: dict[str, float] = {}
+    tokens = 0
+    for entry in (cost.get("steps") or {}).values():
+        if isinstance(entry, dict):
+            device = str(entry.get("device", "cpu")).upper()
+            by_device[device] = by_device.get(device, 0.0) + float(entry.get("seconds", 0.0))
+            tokens += int(entry.get("tokens", 0) or 0)
+    lines = [(f"{device} time", duration(seconds)) for device, seconds in sorted(by_device.items())]
+    if tokens:
+        lines.append(("Tokens scored", f"{tokens:,}"))
+    if "human_minutes" in cost:
+        lines.append(
+            ("Annotator time", f"{float(cost['human_minutes']):.1f} min for {int(cost.get('labels', 0))} labels")
+        )
+    return lines
+
+
+def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[RoundView]:
+    now = now or timezone.now()
+    views = []
+    for row in rounds:
+        elapsed = _elapsed(row, now)
+        view = RoundView(row=row, step=STEP_WORDS.get(row.status, row.status))
+        if row.status in (*AUTOMATED, Round.Status.LABELING):
+            view.elapsed = duration(elapsed)
+        if row.status == Round.Status.SCORING:
+            view.eta = _eta(row.items_scored, row.items_to_score, elapsed)
+        elif row.status == Round.Status.TRAINING:
+            view.eta = _eta(row.train_steps_done, row.train_steps_total, elapsed)
+        if row.status == Round.Status.LABELING:
+            view.batch = batch_status(round=row)
+        view.finished = view.batch.finished if view.batch else batch_items_finished(round=row)
+        view.stalled = _stalled(row, elapsed)
+        view.metrics = metric_lines(row.metrics or {})
+        view.cost = cost_lines(row.cost or {})
+        views.append(view)
+    return views
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def next_step_sentence(*, project: Project, batch: BatchStatus | None) -> str:
+    """What to press while a round is labelling (used in the refusal of "Start next round")."""
+    if batch is None:
+        return ""
+    auto = project.auto_retrain_share
+    if batch.complete:
+        if auto > 0:
+            return "Its batch is done: training starts by itself in a moment."
+        return "Its batch is done: press “Retrain now” to train on it."
+    parts = [f"{batch.finished} of {batch.size} batch items are done"]
+    if batch.need_labels:
+        parts.append(f"{_n(batch.need_labels, 'still needs', 'still need')} annotators")
+    if batch.waiting_for_lead:
+        parts.append(f"{_n(batch.waiting_for_lead, 'waits', 'wait')} for a lead (Review queues)")
+    when = (
+        f"It trains by itself once {round(100 * auto)} % of its batch is done, or press “Retrain now”"
+        if auto > 0
+        else "Press “Retrain now” when enough is labelled (auto-retrain is off in Setup)"
+    )
+    return "; ".join(parts) + f". {when} to train on the {batch.finished} finished items."
+
+
+__all__ = ["RoundView", "cost_lines", "duration", "metric_lines", "next_step_sentence", "round_views"]

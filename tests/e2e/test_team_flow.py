@@ -1,0 +1,241 @@
+"""The whole team in the browser, from an empty install to a trained model, with a real Celery worker
+(on a Redis database this test owns) and headless Chromium:
+
+ML staff add the team (Team page) → create a project and upload its texts → start round 1 → two
+annotators label the test set and the batch (one of them on a 390 px phone screen, never scrolling
+sideways) with overlap items served to both → a disagreement → the lead decides it → the round
+finishes by itself (nobody presses "Retrain now") → the ML page, open all along, shows the learning
+curve without a reload → the export has the texts. Screenshots of every step go to test-artifacts/."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import redis_owner
+from tests.e2e.phone import PHONE, no_sideways_scroll
+from tests.integration.round_helpers import TEST_OPTIONS, Workers
+from tests.live_server import PASSWORD, LiveServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.celery, pytest.mark.slow]
+
+TEXTS = [
+    "The striker scored twice in the derby",
+    "Parliament votes on the new budget today",
+    "A new telescope finds water on a distant planet",
+    "The coach was sacked after five defeats",
+    "The senate blocked the minister's reform",
+    "Researchers sequence the genome of the axolotl",
+    "The final went to penalties after a goalless draw",
+    "Elections are called for the spring",
+    "A vaccine trial reports strong results",
+    "The marathon record fell in Berlin",
+    "The president signs the climate treaty",
+    "Physicists measure the neutron lifetime again",
+    "The tennis champion retires at 35",
+    "Opposition leaders demand a recount",
+    "A comet will be visible next week",
+    "The cyclist wins the mountain stage",
+]
+
+
+@pytest.fixture
+def team_app(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """An empty install: a fresh database with one ML user, the web server and one real worker, on
+    this run's own Redis database (tests/redis_owner.py: claimed empty, flushed only while ours)."""
+    owned = redis_owner.current()
+    owned.flush()
+    monkeypatch.setenv("REDIS_URL", owned.url)
+    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with LiveServer(kind="runserver", purpose="teamflow", database_url="") as live:
+        live.call("tests.live_server:create_users", usernames=["maya"], roles=["ml"])
+        workers = Workers(live.tmp / "var", owned.url, tmp_path)
+        workers.env.update(live.env, REDIS_URL=owned.url, DJANGO_SETTINGS_MODULE="config.settings")
+        workers.start("w1")
+        try:
+            yield {"live": live, "workers": workers, "model_dir": str(tiny_llama_dir)}
+        finally:
+            workers.stop_all()
+            owned.flush()
+
+
+class Shots:
+    def __init__(self, directory: Path) -> None:
+        self.directory, self.n = directory, 0
+
+    def __call__(self, page: Any, name: str, *, full_page: bool = True) -> None:
+        self.n += 1
+        page.screenshot(path=str(self.directory / f"flow-{self.n:02d}-{name}.png"), full_page=full_page)
+
+
+def _context(browser: Any, live: LiveServer, viewport: dict[str, int] | None = None) -> Any:
+    context = browser.new_context(base_url=live.url, viewport=viewport or {"width": 1200, "height": 900})
+    context.set_default_timeout(60_000)  # 2 shared cores: the first tokenizer load alone takes seconds
+    return context
+
+
+def _log_in(context: Any, username: str, password: str) -> Any:
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+    return page
+
+
+def _label_queue(page: Any, keys: str) -> int:
+    """Press `keys` one per item while the panel shows an item; returns how many were labelled."""
+    done = 0
+    for key in keys:
+        panel = page.locator("#annotate-panel")
+        before = panel.get_attribute("data-item")
+        if not before:
+            break
+        page.keyboard.press(key)
+        page.wait_for_function(
+            "old => { const p = document.querySelector('#annotate-panel'); return p && p.dataset.item !== old; }",
+            arg=before,
+        )
+        done += 1
+    return done
+
+
+def test_empty_install_to_a_trained_model_in_the_browser(
+    team_app: dict[str, Any], browser: Any, artifacts_dir: Path, tmp_path: Path
+) -> None:
+    live: LiveServer = team_app["live"]
+    shot = Shots(artifacts_dir)
+
+    # -- ML staff: the team, then the project with its upload -----------------------------------------
+    ml_context = _context(browser, live)
+    ml = _log_in(ml_context, "maya", PASSWORD)
+    shot(ml, "ml-home-empty")
+    assert "Create a project" in ml.content()
+    ml.get_by_role("link", name="Team").click()
+    for username, role in (("ann1", "annotator"), ("ann2", "annotator"), ("lena", "lead")):
+        ml.fill("#add-user input[name=username]", username)
+        ml.fill("#add-user input[name=password]", f"pw-{username}-secret")
+        ml.locator(f"#add-user input[name=roles][value={role}]").check()
+        ml.get_by_role("button", name="Add user").click()
+        ml.locator(f"#user-{username}").wait_for()
+    assert "lena" in ml.locator("#users").inner_text()
+    shot(ml, "team-admin")
+
+    ml.get_by_role("link", name="alann").click()
+    ml.get_by_role("link", name="Create a project").click()
+    ml.fill("input[name=name]", "News topics")
+    ml.fill("textarea[name=labels_text]", "sports | games and athletes\npolitics | government\nscience | research")
+    ml.fill("input[name=model_dir]", team_app["model_dir"])
+    ml.fill("input[name=batch_size]", "6")
+    ml.fill("input[name=ensemble_k]", "1")
+    ml.fill("input[name=overlap_share]", "0.34")
+    ml.fill("input[name=test_set_size]", "3")
+    ml.fill("input[name=cold_start_batches]", "1")
+    assert ml.input_value("input[name=auto_retrain_share]") == "1.0"  # a new project's round finishes by itself
+    shot(ml, "create-project")
+    ml.get_by_role("button", name="Create project").click()
+    ml.wait_for_url("**/import/")
+    assert "Next: upload the texts to label" in ml.content()
+    pool = tmp_path / "news.csv"
+    with pool.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "section"])
+        writer.writerows([f"n{i}", text, "front" if i % 2 else "back"] for i, text in enumerate(TEXTS))
+    ml.set_input_files("input[name=file]", str(pool))
+    ml.get_by_role("button", name="Upload and import").click()
+    ml.get_by_text(f"{len(TEXTS)} items imported.").wait_for(timeout=60_000)
+    shot(ml, "import-done")
+    project_id = int(ml.url.split("/p/")[1].split("/")[0])
+
+    ml.goto(f"/p/{project_id}/ml/")
+    ml.evaluate("window.__no_reload = true")
+    ml.get_by_role("button", name="Start next round").click()
+    ml.get_by_text("Round 1 requested.").wait_for()
+    ml.locator("#round-1 .status", has_text="labeling").wait_for(timeout=120_000)  # the worker chose the batch
+    shot(ml, "ml-round-1-labeling")
+
+    # -- two annotators: the test set, then the batch (overlap items go to both) ----------------------
+    ann1 = _log_in(_context(browser, live), "ann1", "pw-ann1-secret")
+    ann1.get_by_role("link", name="Annotate").first.click()
+    assert "News topics" in ann1.locator(".topbar").inner_text()  # the project's name, for annotators too
+    ann2 = _log_in(_context(browser, live, PHONE), "ann2", "pw-ann2-secret")
+    ann2.goto(f"/p/{project_id}/annotate/")
+    for page in (ann1, ann2):
+        page.goto(f"/p/{project_id}/annotate/test/")
+        assert _label_queue(page, "111") == 3  # overlap on: each test item needs both annotators
+    ann2.locator("#empty-reason").wait_for()
+    assert "Every test-set item has its labels." in ann2.locator("#empty-reason").inner_text()
+
+    ann1.goto(f"/p/{project_id}/annotate/")
+    before = int(ann1.locator("#my-count").inner_text())
+    assert _label_queue(ann1, "1") == 1
+    assert int(ann1.locator("#my-count").inner_text()) == before + 1
+    labels_given = ann1.locator(".progress-grid .count").nth(1).inner_text()
+    assert labels_given.startswith("1 / "), labels_given  # the team bar shows my own label at once
+    shot(ann1, "annotator-labelling")
+    assert _label_queue(ann1, "11111") == 5
+    assert "Nothing to label right now" in ann1.locator("#annotate-panel").inner_text()
+    assert "second annotator" in ann1.locator("#empty-reason").inner_text()
+    shot(ann1, "annotator-batch-done")
+
+    ann2.goto(f"/p/{project_id}/annotate/")
+    no_sideways_scroll(ann2)
+    shot(ann2, "phone-annotate", full_page=False)
+    assert _label_queue(ann2, "12") == 2  # ann1 said sports to both: one agreement, one disagreement
+    no_sideways_scroll(ann2)
+    assert "waits for a lead" in ann2.locator("#empty-reason").inner_text()
+    shot(ann2, "phone-annotate-done")
+
+    # The ML page (never reloaded) says what the round waits for.
+    ml.locator("#round-1 .batch-left", has_text="disagreement").wait_for(timeout=30_000)
+    ml.get_by_role("button", name="Start next round").click()
+    ml.locator("#round-message .error", has_text="waits for a lead").wait_for()
+    ml.wait_for_timeout(2_500)  # a live refresh later the refusal is still there
+    assert "waits for a lead" in ml.locator("#round-message").inner_text()
+    shot(ml, "ml-refusal-says-what-is-left")
+
+    # -- the lead decides the disagreement; the round finishes by itself -----------------------------
+    lead = _log_in(_context(browser, live), "lena", "pw-lena-secret")
+    lead.goto(f"/p/{project_id}/lead/disagreements/")
+    row = lead.locator(".item-row").first
+    assert "ann1: sports" in row.inner_text() and "ann2: politics" in row.inner_text()
+    shot(lead, "lead-disagreement")
+    row.locator("select[name=decision]").select_option(label="politics")
+    row.get_by_role("button", name="Decide").click()
+    lead.locator(".decided").wait_for()
+    shot(lead, "lead-decided")
+
+    ml.locator("#round-1 .status", has_text="done").wait_for(timeout=240_000)
+    ml.locator("#learning-curve img").wait_for()
+    assert ml.evaluate("window.__no_reload === true")  # the curve came in by the live refresh
+    assert "Test accuracy" in ml.locator("#round-1").inner_text()
+    shot(ml, "ml-curve-updated")
+    retrain_pressed = live.call("tests.e2e.test_team_flow:round_state", project=project_id)
+    assert retrain_pressed == {"status": "done", "retrain_requested": False}
+
+    # -- the export has the texts ----------------------------------------------------------------------
+    lead.goto(f"/p/{project_id}/export/")
+    shot(lead, "export-page")
+    with lead.expect_download() as download:
+        lead.get_by_role("button", name="Download").click()
+    rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
+    assert len(rows) >= 6 and all(r["text"] in TEXTS and r["label"] for r in rows)
+    assert {"id", "text", "label", "source", "annotators", "agreement", "meta.section"} <= set(rows[0])
+    decided = [r for r in rows if r["annotators"] == "ann1;ann2" and r["agreement"] == "0.5"]
+    assert len(decided) == 1 and decided[0]["label"] == "politics"
+    for context in {p.context for p in (ml, ann1, ann2, lead)}:
+        context.close()
+
+
+def round_state(*, project: int) -> dict[str, Any]:
+    from annotate.models import Round
+
+    row = Round.objects.get(project_id=project, number=1)
+    return {"status": row.status, "retrain_requested": row.retrain_requested}

@@ -1,0 +1,139 @@
+"""Per-project membership: a project with members is open only to them, each with the role of their
+membership; a project without members is open to every global role. The sweep walks every project
+URL of the app (and the REST endpoints) as members of another project: each one is refused."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, reverse
+
+from annotate import urls
+from annotate.models import ApiToken, ImportJob, Item, Project, ProjectMembership, Round
+from annotate.services.accounts import AccountError, membership_set, user_create
+from annotate.services.projects import LabelInput, project_create
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _project(name: str) -> Project:
+    project = project_create(name=name, labels=[LabelInput("sports", "S"), LabelInput("politics", "P")])
+    Item.objects.create(project=project, external_id=f"{name}-1", text=f"a text of {name}", text_hash=f"h-{name}")
+    return project
+
+
+@pytest.fixture
+def world() -> dict[str, Any]:
+    a, b, open_project = _project("alpha"), _project("beta"), _project("open")
+    people = {
+        "alice": user_create(username="alice", password="pw-12345678", roles=["annotator"]),
+        "lena": user_create(username="lena", password="pw-12345678", roles=["lead"]),
+        "mia": user_create(username="mia", password="pw-12345678", roles=["ml"]),
+        "bob": user_create(username="bob", password="pw-12345678", roles=["annotator"]),
+    }
+    for name, role in (("alice", "annotator"), ("lena", "lead"), ("mia", "ml")):
+        ProjectMembership.objects.create(project=a, user=people[name], role=role)
+    ProjectMembership.objects.create(project=b, user=people["bob"], role="annotator")
+    return {"a": a, "b": b, "open": open_project, **people}
+
+
+def _client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def project_urls(project: Project, other_user: Any) -> list[str]:
+    """Every URL of the app that names a project, filled in with this project's ids."""
+    item = project.items.get()
+    job = ImportJob.objects.create(project=project, filename="x.csv")
+    values = {
+        "project_id": project.pk,
+        "item_id": item.pk,
+        "job_id": job.pk,
+        "user_id": other_user.pk,
+        "queue": "disagreements",
+        "what": "labels",
+        "fmt": "csv",
+    }
+    found = []
+    for pattern in urls.urlpatterns:
+        assert isinstance(pattern, URLPattern)
+        params = set(pattern.pattern.regex.groupindex)
+        if "project_id" not in params or pattern.name is None or pattern.name.startswith("api_"):
+            continue
+        found.append(reverse(pattern.name, kwargs={k: values[k] for k in params}))
+    return found
+
+
+def test_members_of_one_project_are_refused_everywhere_in_another(world: dict[str, Any]) -> None:
+    targets = project_urls(world["b"], world["bob"])
+    assert len(targets) >= 25  # the sweep really walks the app's project pages
+    for name in ("alice", "lena", "mia"):
+        client = _client(world[name])
+        for url in targets:
+            for method in ("get", "post"):
+                response = getattr(client, method)(url)
+                assert response.status_code == 403, (name, method, url, response.status_code)
+    assert Round.objects.filter(project=world["b"]).count() == 0  # nothing was written
+
+
+def test_members_get_the_role_of_their_membership(world: dict[str, Any]) -> None:
+    a = world["a"]
+    annotate, ml_home = reverse("annotate", args=[a.pk]), reverse("ml_home", args=[a.pk])
+    lead_queue = reverse("lead_queue", args=[a.pk, "disagreements"])
+    assert _client(world["alice"]).get(annotate).status_code == 200
+    assert _client(world["alice"]).get(lead_queue).status_code == 403
+    assert _client(world["lena"]).get(lead_queue).status_code == 200
+    assert _client(world["lena"]).get(ml_home).status_code == 403
+    assert _client(world["mia"]).get(ml_home).status_code == 200
+    # A membership narrows a global role: bob is a global annotator but not in alpha.
+    assert _client(world["bob"]).get(annotate).status_code == 403
+    # A project without members is open to every global role.
+    assert _client(world["bob"]).get(reverse("annotate", args=[world["open"].pk])).status_code == 200
+    home = _client(world["bob"]).get(reverse("home")).content.decode()
+    assert "beta" in home and "open" in home and "alpha" not in home
+
+
+def test_api_tokens_read_and_start_rounds_only_in_their_projects(world: dict[str, Any]) -> None:
+    ApiToken.objects.create(user=world["mia"], digest=hashlib.sha256(b"tok-mia").hexdigest())
+    beta_round = Round.objects.create(project=world["b"], number=1)
+    alpha_round = Round.objects.create(project=world["a"], number=1, status="done")
+    headers = {"Authorization": "Token tok-mia"}
+    client = Client()
+    assert client.get(reverse("api_round", args=[alpha_round.pk]), headers=headers).status_code == 200
+    assert client.get(reverse("api_round", args=[beta_round.pk]), headers=headers).status_code == 403
+    started = client.post(reverse("api_round_start", args=[world["b"].pk]), headers=headers)
+    assert started.status_code == 403 and Round.objects.filter(project=world["b"]).count() == 1
+
+
+def test_members_page_adds_the_first_member_and_keeps_the_adder_in(world: dict[str, Any]) -> None:
+    project, mia, bob = world["open"], world["mia"], world["bob"]
+    client = _client(mia)
+    url = reverse("project_members", args=[project.pk])
+    assert "open to every user by their global role" in client.get(url).content.decode()
+    response = client.post(url, {"username": "bob", "role": "annotator"})
+    assert response.status_code == 302
+    roles = dict(ProjectMembership.objects.filter(project=project).values_list("user__username", "role"))
+    assert roles == {"bob": "annotator", "mia": "ml"}  # the adder stays in with their own role
+    assert _client(world["alice"]).get(reverse("annotate", args=[project.pk])).status_code == 403
+    assert _client(bob).get(reverse("annotate", args=[project.pk])).status_code == 200
+    unknown = client.post(url, {"username": "nobody", "role": "annotator"})
+    assert unknown.status_code == 400 and "no such user" in unknown.content.decode()
+    removed = client.post(reverse("project_member_remove", args=[project.pk, bob.pk]))
+    assert removed.status_code == 302 and not ProjectMembership.objects.filter(project=project, user=bob).exists()
+
+
+def test_a_lead_cannot_grant_the_ml_role(world: dict[str, Any]) -> None:
+    with pytest.raises(AccountError, match="you may not give the role ml"):
+        membership_set(actor_roles={"lead"}, project=world["a"], user=world["bob"], role="ml")
+    with pytest.raises(AccountError, match="only ML staff change that"):
+        membership_set(actor_roles={"lead"}, project=world["a"], user=world["mia"], role="annotator")
