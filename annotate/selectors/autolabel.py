@@ -183,5 +183,6 @@ def threshold_rows(*, calibration: Calibration) -> list[dict[str, Any]]:
     out = []
     for tier in TIER_ORDER:
         for row in (calibration.thresholds or {}).get(tier, []):
-            out.append({"tier": tier, **row, "blocked": (calibration.blocked or {}).get(row["label"], "")})
+            blocked = (calibration.blocked or {}).get(row["label"], "")
+            out.append({"tier": tier, **row, "precision_bound": 1.0 - row["error_bound"], "blocked": blocked})
     return out

@@ -66,6 +66,10 @@ class AutolabelError(ValueError):
     """A request that cannot be served (no calibration, wrong options); the message is for people."""
 
 
+class RunActiveError(AutolabelError):
+    """A run of the project is still going."""
+
+
 # -- dispatch -------------------------------------------------------------------------------------
 
 
@@ -82,8 +86,9 @@ def _dispatch(task_name: str, *args: Any) -> None:
 _SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
 
 
-def run_inline(first: Callable[[], Any]) -> None:
-    """Run ``first`` and every task it enqueues in this process, in order (the CLI's --sync, tests)."""
+def run_inline(first: Callable[[], Any], *, after_task: Callable[[str], None] | None = None) -> None:
+    """Run ``first`` and every task it enqueues in this process, in order (the CLI's --sync, tests);
+    ``after_task(name)`` after each (the CLI prints progress there)."""
     global _SYNC_RUNNER
     saved, _SYNC_RUNNER = _SYNC_RUNNER, []
     try:
@@ -93,6 +98,8 @@ def run_inline(first: Callable[[], Any]) -> None:
             from annotate import tasks_autolabel
 
             getattr(tasks_autolabel, name).run(*args)
+            if after_task is not None:
+                after_task(name)
     finally:
         _SYNC_RUNNER = saved
 
@@ -462,7 +469,7 @@ def run_request(
     active = AutolabelRun.objects.filter(project=project, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
     with transaction.atomic():
         if active.exists():
-            raise AutolabelError(f"run #{active.first().pk} is still going")  # type: ignore[union-attr]
+            raise RunActiveError(f"run #{active.first().pk} is still going")  # type: ignore[union-attr]
         row = AutolabelRun.objects.create(
             project=project,
             calibration=calibration,
