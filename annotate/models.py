@@ -412,6 +412,7 @@ class AutolabelRun(models.Model):
     seed = models.PositiveIntegerField(default=0)
     max_shards_in_flight = models.PositiveSmallIntegerField(default=4)  # backpressure on the gpu queue
     chunk_size = models.PositiveIntegerField(default=256)  # requests in flight per worker (one engine call)
+    shard_items = models.PositiveIntegerField(default=2000)  # items per shard (checkpoint granularity)
     n_items = models.PositiveIntegerField(default=0)
     n_shards = models.PositiveIntegerField(default=0)
     items_done = models.PositiveIntegerField(default=0)

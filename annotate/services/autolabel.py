@@ -457,6 +457,7 @@ def run_request(
     audit_share: float = 0.02,
     max_shards_in_flight: int = 4,
     chunk_size: int = 256,
+    shard_items: int = SHARD_ITEMS,
 ) -> AutolabelRun:
     """Ask for "label the pool" on the latest finished calibration; the plan task does the rest."""
     calibration = auto_sel.latest_calibration(project=project, done=True)
@@ -464,8 +465,8 @@ def run_request(
         raise AutolabelError("calibrate first: auto-accept needs thresholds fitted on human labels")
     if not 0.0 <= audit_share <= 0.5:
         raise AutolabelError(f"audit share must be in [0, 0.5], got {audit_share}")
-    if max_shards_in_flight < 1 or chunk_size < 1:
-        raise AutolabelError("shards in flight and chunk size must be at least 1")
+    if min(max_shards_in_flight, chunk_size, shard_items) < 1:
+        raise AutolabelError("shards in flight, chunk size and shard size must be at least 1")
     active = AutolabelRun.objects.filter(project=project, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
     with transaction.atomic():
         if active.exists():
@@ -477,6 +478,7 @@ def run_request(
             audit_share=audit_share,
             max_shards_in_flight=max_shards_in_flight,
             chunk_size=chunk_size,
+            shard_items=shard_items,
             seed=project.seed,
         )
         _dispatch("plan", row.id)
@@ -500,7 +502,7 @@ def run_plan(*, run_id: int) -> AutolabelRun:
         _refuse(run.id, reason)
         return AutolabelRun.objects.get(id=run.id)
     ids = _plan_items(run, ctx)
-    n_shards = max(1, math.ceil(len(ids) / SHARD_ITEMS)) if len(ids) else 0
+    n_shards = max(1, math.ceil(len(ids) / run.shard_items)) if len(ids) else 0
     counts = np.bincount(loop.shard_of(ids, n_shards), minlength=n_shards) if n_shards else np.zeros(0, int)
     with transaction.atomic():
         AutolabelShard.objects.bulk_create(
@@ -680,32 +682,34 @@ class Decider:
             for tier, rules in (calibration.thresholds or {}).items()
         }
 
-    def decide(self, item_ids: list[int], *, allow_truncated: bool = False) -> None:
+    def decide(self, item_ids: list[int], *, retry: bool = False) -> None:
+        """Decide a chunk. ``retry``: dead letters tried again (over-context items scored on their cut
+        text; progress already counted them)."""
         texts = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text"))
         ids = [i for i in item_ids if i in texts]
         try:
             scores = _score(self.ctx.engine, self.ctx.renderer, [texts[i] for i in ids], self.ctx.refs, len(ids))
         except Exception as exc:
-            if len(ids) <= 1:
+            if len(ids) > 1:
+                for i in ids:  # one bad item must not take its chunk with it
+                    self.decide([i], retry=retry)
+                return
+            with transaction.atomic():
                 detail = f"{type(exc).__name__}: {exc}"
                 dead_letter_add(run=self.run, item_ids=ids, reason=DeadLetter.Reason.FAILED, detail=detail)
-                AutolabelRun.objects.filter(id=self.run.id).update(items_done=F("items_done") + len(ids))
-                return
-            for i in ids:  # one bad item must not take its chunk with it
-                self.decide([i], allow_truncated=allow_truncated)
+                if not retry:
+                    AutolabelRun.objects.filter(id=self.run.id).update(items_done=F("items_done") + len(ids))
             return
-        self._account(scores, len(ids))
         mass = scores.mass.mean(axis=0)
         low = mass < self.ctx.config.selection.mass_threshold
-        long = np.zeros_like(scores.truncated) if allow_truncated else scores.truncated
-        ok = ~low & ~long
-        self._dead(
-            ids, long, DeadLetter.Reason.OVER_CONTEXT, "the item is longer than the context; retry scores it cut"
-        )
-        self._dead(ids, low & ~long, DeadLetter.Reason.LOW_MASS, "label mass {:.3f} under the threshold", mass)
-        keep = np.flatnonzero(ok)
-        if len(keep):
-            self._write([ids[i] for i in keep], scores.p[:, keep], [texts[ids[i]] for i in keep])
+        long = np.zeros_like(scores.truncated) if retry else scores.truncated
+        keep = np.flatnonzero(~low & ~long)
+        with transaction.atomic():  # a chunk's decisions, dead letters and progress commit together
+            self._dead(ids, long, DeadLetter.Reason.OVER_CONTEXT, "longer than the context; a retry scores it cut")
+            self._dead(ids, low & ~long, DeadLetter.Reason.LOW_MASS, "label mass {:.3f} under the threshold", mass)
+            if len(keep):
+                self._write([ids[i] for i in keep], scores.p[:, keep], [texts[ids[i]] for i in keep])
+            self._account(scores, 0 if retry else len(ids))
 
     def _dead(self, ids: list[int], mask: np.ndarray, reason: str, detail: str, values: Any = None) -> None:
         for i in np.flatnonzero(mask):
@@ -816,7 +820,7 @@ def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
             continue
         decider = Decider(run, _context(run.project))
         for letter in mine:
-            decider.decide([letter.item_id], allow_truncated=letter.reason == DeadLetter.Reason.OVER_CONTEXT)
+            decider.decide([letter.item_id], retry=True)
         done_ids = set(
             AutoLabel.objects.filter(
                 item_id__in=[r.item_id for r in mine],
