@@ -263,7 +263,20 @@ def setup_project(args: argparse.Namespace) -> tuple[Any, dict[str, float]]:
     return Project.objects.get(pk=project.pk), timings
 
 
+def hf_model(model: str) -> str:
+    """A .gguf is dequantized once into a sibling HF directory (kept for the next run)."""
+    if not model.endswith(".gguf"):
+        return model
+    sys.path.insert(0, str(ROOT))
+    from scoring.bundled import prepare_llm
+
+    out = Path(tempfile.gettempdir()) / f"alann-{Path(model).stem}-hf"
+    prepare_llm(out, gguf=Path(model))
+    return str(out)
+
+
 def bench_run(args: argparse.Namespace) -> None:
+    args.model = hf_model(args.model)
     var = Path(tempfile.mkdtemp(prefix="alann-autolabel-run-"))
     argv = ["run-child", "--var", str(var), "--db", pg_database(args.pg) if args.pg else "", "--items", str(args.items)]
     argv += ["--model", args.model, "--engine", args.engine, "--cascade", args.cascade, "--chunk", str(args.chunk)]
@@ -302,7 +315,7 @@ def main() -> None:
     for name in ("run", "run-child"):
         run = sub.add_parser(name)
         run.add_argument("--items", type=int, default=200_000)
-        run.add_argument("--model", required=True)
+        run.add_argument("--model", required=True, help="an HF model directory or a .gguf (dequantized once)")
         run.add_argument("--engine", choices=["hf", "vllm"], default="vllm")
         run.add_argument("--adapters", default="", help="a round folder holding prod_0..prod_{K-1}")
         run.add_argument("--cascade", choices=["none", "agreement", "permuted"], default="agreement")
