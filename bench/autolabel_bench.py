@@ -25,7 +25,9 @@ import argparse
 import csv
 import json
 import os
+import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,22 @@ def bench_import(args: argparse.Namespace) -> None:
     write_pool(path, args.rows, data_dir(args.data_dir))
     print(f"wrote {args.rows:,} rows ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s")
     targets = [("SQLite", "")] + ([("PostgreSQL", pg_database(args.pg))] if args.pg else [])
+    try:
+        import_table(work, path, targets)
+    finally:
+        if args.pg:
+            pg_drop(args.pg, targets[-1][1])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def pg_drop(admin_url: str, url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+def import_table(work: Path, path: Path, targets: list[tuple[str, str]]) -> None:
     print(
         "\n| database | rows | seconds | rows/s | peak RSS (MB) | RSS before import (MB) |\n|---|---|---|---|---|---|"
     )
@@ -301,6 +319,17 @@ def bench_run(args: argparse.Namespace) -> None:
     )
 
 
+def provenance(argv: list[str]) -> None:
+    """What produced the numbers: commit, command, machine, load."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    print(f"commit {commit}{' (uncommitted changes)' if dirty else ''}")
+    print(f"command: python bench/autolabel_bench.py {' '.join(argv)}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}, load {load}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -326,6 +355,8 @@ def main() -> None:
         run.add_argument("--var", default="")
         run.add_argument("--data-dir", default="")
     args = parser.parse_args()
+    if args.mode in ("import", "run"):
+        provenance(sys.argv[1:])
     if args.mode == "import":
         bench_import(args)
     elif args.mode == "import-child":

@@ -152,7 +152,10 @@ def dead_letters(*, project: Project, include_resolved: bool = False) -> QuerySe
 def budget(*, project: Project, calibration: Calibration) -> dict[str, Any]:
     """GPU-hours and wall time for 1…8 workers over the unlabelled pool, from the fastest measured
     rate on this engine and device: finished runs first, else the calibration's own scoring."""
-    n_items = unlabelled_pool(project=project).count()
+    decided = AutoLabel.objects.filter(
+        item__project=project, prompt_hash=calibration.prompt_hash, adapter_set_hash=calibration.adapter_set_hash
+    ).values("item_id")
+    n_items = unlabelled_pool(project=project).exclude(id__in=decided).count()  # what a launch would score
     rate = dict(calibration.rate or {})
     measured = (
         AutolabelRun.objects.filter(project=project, seconds__gt=0, calibration__rate__engine=rate.get("engine"))
@@ -166,7 +169,10 @@ def budget(*, project: Project, calibration: Calibration) -> dict[str, Any]:
     tokens_per_item = float(rate.get("tokens_per_item", 0.0))
     if tokens_per_second <= 0 or tokens_per_item <= 0:
         return {"n_items": n_items, "rows": [], "source": "no measured rate yet"}
-    rows = cal.budget_estimate(n_items=n_items, tokens_per_item=tokens_per_item, tokens_per_second=tokens_per_second)
+    estimate = cal.budget_estimate(
+        n_items=n_items, tokens_per_item=tokens_per_item, tokens_per_second=tokens_per_second
+    )
+    rows: list[dict[str, Any]] = [{**row, "wall": _duration(row["wall_hours"] * 3600)} for row in estimate]
     return {
         "n_items": n_items,
         "rows": rows,
@@ -175,6 +181,14 @@ def budget(*, project: Project, calibration: Calibration) -> dict[str, Any]:
         "device": rate.get("device", ""),
         "engine": rate.get("engine", ""),
     }
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def threshold_rows(*, calibration: Calibration) -> list[dict[str, Any]]:

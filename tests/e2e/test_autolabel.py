@@ -19,37 +19,28 @@ from tests.live_server import PASSWORD, ROOT, LiveServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
 
-E2E_REDIS_DB = 13  # own broker database: the worker and the server share it, nobody else uses it
-
 
 @pytest.fixture(scope="module")
 def app_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
-    saved = os.environ.get("REDIS_URL")
-    broker = os.environ.get("ALANN_E2E_REDIS_URL", f"redis://127.0.0.1:6379/{E2E_REDIS_DB}")
-    os.environ["REDIS_URL"] = broker
+    """A live server and one Celery worker on it: both inherit this run's own Redis database
+    (REDIS_URL, claimed by tests/conftest.py)."""
     logs = tmp_path_factory.mktemp("autolabel-e2e")
-    try:
-        with LiveServer(kind="runserver", purpose="autolabel") as live:
-            env = {**live.env, "ALANN_LOOP_OPTIONS": TEST_OPTIONS, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-            cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
-            cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", "e2e@%h", "--loglevel", "INFO"]
-            log = (logs / "worker.log").open("ab")
-            worker = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+    with LiveServer(kind="runserver", purpose="autolabel") as live:
+        env = {**live.env, "ALANN_LOOP_OPTIONS": TEST_OPTIONS, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
+        cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", "e2e@%h", "--loglevel", "INFO"]
+        log = (logs / "worker.log").open("ab")
+        worker = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+        try:
+            yield live, logs
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGTERM)
             try:
-                yield live, logs
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(worker.pid, signal.SIGTERM)
-                try:
-                    worker.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    worker.wait(timeout=10)
-    finally:
-        if saved is None:
-            os.environ.pop("REDIS_URL", None)
-        else:
-            os.environ["REDIS_URL"] = saved
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=10)
 
 
 def test_calibrate_review_launch_and_audit(
