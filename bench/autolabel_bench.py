@@ -322,7 +322,9 @@ def bench_run(args: argparse.Namespace) -> None:
 def provenance(argv: list[str]) -> None:
     """What produced the numbers: commit, command, machine, load."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     print(f"commit {commit}{' (uncommitted changes)' if dirty else ''}")
     print(f"command: python bench/autolabel_bench.py {' '.join(argv)}")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
