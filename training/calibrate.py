@@ -284,14 +284,17 @@ def class_threshold(
         return ClassThreshold(label, None, n, 0, 0, 1.0, 0.0, 0.0, f"{n} eval items predicted it (need {min_items})")
     order = np.argsort(-conf, kind="stable")
     sorted_conf, wrong_cum = conf[order], np.cumsum(~correct[order])
-    for t in _candidates(conf):  # ascending: the first that passes is the lowest
-        n_above = int(np.searchsorted(-sorted_conf, -t, side="right"))
-        if n_above < min_items:
-            break  # higher thresholds only keep fewer items
-        errors = int(wrong_cum[n_above - 1])
-        bound = clopper_pearson_upper(errors, n_above, alpha)
+    candidates = _candidates(conf)  # ascending: the first that passes is the lowest
+    n_above = np.searchsorted(-sorted_conf, -candidates, side="right")
+    errors = np.where(n_above > 0, wrong_cum[np.maximum(n_above - 1, 0)], 0)
+    # The bound is never under the point estimate: only candidates whose observed error rate is
+    # already within 1 - target (and that keep min_items) can pass, so only they are bounded.
+    hopeful = (n_above >= min_items) & (errors <= (1.0 - target) * n_above)
+    for i in np.flatnonzero(hopeful):
+        bound = clopper_pearson_upper(int(errors[i]), int(n_above[i]), alpha)
         if bound <= 1.0 - target:
-            return ClassThreshold(label, float(t), n, n_above, errors, bound, n_above / n, 1 - errors / n_above)
+            k, e = int(n_above[i]), int(errors[i])
+            return ClassThreshold(label, float(candidates[i]), n, k, e, bound, k / n, 1 - e / k)
     return ClassThreshold(
         label, None, n, 0, 0, 1.0, 0.0, 0.0, f"no threshold keeps the error bound under {1 - target:.0%}"
     )
