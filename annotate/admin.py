@@ -119,3 +119,48 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("user", "name", "created_at")
     search_fields = ("user__username", "name")
     readonly_fields = ("digest",)
+
+
+@admin.register(models.GoldItem)
+class GoldItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "project", "stratum", "created_at")
+    list_filter = ("project",)
+    search_fields = ("item__external_id", "item__text")
+    raw_id_fields = ("item",)
+
+
+@admin.register(models.Calibration)
+class CalibrationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("id", "project", "status", "target", "cascade", "n_items", "created_at")
+    list_filter = ("status", "cascade")
+    search_fields = ("project__name", "prompt_hash", "adapter_set_hash")
+
+
+@admin.register(models.AutolabelRun)
+class AutolabelRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("id", "project", "status", "items_done", "n_items", "created_at")
+    list_filter = ("status",)
+    search_fields = ("project__name", "reason", "prompt_hash")
+
+
+@admin.register(models.AutolabelShard)
+class AutolabelShardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("run", "shard", "status", "n_items", "attempts", "worker")
+    list_filter = ("status",)
+    search_fields = ("worker", "error")
+
+
+@admin.register(models.AutoLabel)
+class AutoLabelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "label", "confidence", "tier", "decision", "audit", "run")
+    list_filter = ("decision", "tier", "audit")
+    search_fields = ("item__external_id", "prompt_hash", "adapter_set_hash")
+    raw_id_fields = ("item", "run")
+
+
+@admin.register(models.DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "run", "reason", "attempts", "resolved", "updated_at")
+    list_filter = ("reason", "resolved")
+    search_fields = ("item__external_id", "detail")
+    raw_id_fields = ("item", "run")

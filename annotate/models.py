@@ -233,6 +233,9 @@ class BatchItem(models.Model):
         ACTIVE = "active"  # picked by the round's strategy (not the random slice)
         RANDOM = "random"  # the uniform random slice (the random arm trains on these)
         COLD = "cold"  # cold-start (random / diversity-only) rounds
+        CASCADE = "cascade"  # the autolabel cascade was unsure: people label it
+        AUDIT = "audit"  # a random share of auto-accepted items, checked by people
+        GOLD = "gold"  # the stratified gold set, double-labelled blind
 
     round = models.ForeignKey(Round, related_name="batch_items", on_delete=models.CASCADE)
     item = models.ForeignKey(Item, related_name="batch_rows", on_delete=models.CASCADE)
@@ -428,12 +431,175 @@ class ApiToken(models.Model):
     name = models.CharField(max_length=100, blank=True)
 
 
+class GoldItem(models.Model):
+    """An item of the project's gold set: drawn stratified by predicted class, double-labelled blind,
+    disagreements adjudicated; never trained on (the loop's labeled set excludes it)."""
+
+    project = models.ForeignKey(Project, related_name="gold_items", on_delete=models.CASCADE)
+    item = models.OneToOneField(Item, related_name="gold", on_delete=models.CASCADE)
+    stratum = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class Calibration(models.Model):
+    """A calibrator and per-class auto-accept thresholds fitted on human-labelled evaluation items for
+    one (prompt hash, adapter set). ``fingerprint`` holds what the prompt hash is made of (tokenizer,
+    chat template, instructions, model revision), so a run can say which of them drifted."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, related_name="calibrations", on_delete=models.CASCADE)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    target = models.FloatField(default=0.95)  # precision auto labels must reach, per class
+    cascade = models.CharField(max_length=16, default="agreement")  # none | agreement | permuted | second_model
+    second_model_dir = models.CharField(max_length=500, blank=True)
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    adapter_set_hash = models.CharField(max_length=64, blank=True)
+    fingerprint = models.JSONField(default=dict, blank=True)
+    n_items = models.PositiveIntegerField(default=0)
+    calibrator = models.JSONField(default=dict, blank=True)  # training.calibrate.Calibrator.to_json()
+    before = models.JSONField(default=dict, blank=True)  # ECE, NLL, reliability bins, uncalibrated
+    after = models.JSONField(default=dict, blank=True)
+    thresholds = models.JSONField(default=dict, blank=True)  # {tier: [ClassThreshold as dict, ...]}
+    tier_calibrators = models.JSONField(default=dict, blank=True)  # {tier: Calibrator json}
+    bias = models.JSONField(default=dict, blank=True)  # label-order flip rate and code prior
+    gold_report = models.JSONField(default=dict, blank=True)  # per-class P/R, confusion, kappas
+    rate = models.JSONField(default=dict, blank=True)  # measured: tokens/s, items/s, device, engine
+    blocked = models.JSONField(default=dict, blank=True)  # {label name: why} (audit alarm)
+
+
+class AutolabelRun(models.Model):
+    """One "label the pool" job. Shards are checkpoints; results are keyed by (item, prompt hash,
+    adapter set), so a re-run skips finished work."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        REFUSED = "refused"  # template drift: nothing auto-accepted, reason says why
+
+    project = models.ForeignKey(Project, related_name="autolabel_runs", on_delete=models.CASCADE)
+    calibration = models.ForeignKey(Calibration, related_name="runs", on_delete=models.PROTECT)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    reason = models.TextField(blank=True)
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    adapter_set_hash = models.CharField(max_length=64, blank=True)
+    audit_share = models.FloatField(default=0.02)
+    seed = models.PositiveIntegerField(default=0)
+    max_shards_in_flight = models.PositiveSmallIntegerField(default=4)  # backpressure on the gpu queue
+    chunk_size = models.PositiveIntegerField(default=256)  # requests in flight per worker (one engine call)
+    shard_items = models.PositiveIntegerField(default=2000)  # items per shard (checkpoint granularity)
+    n_items = models.PositiveIntegerField(default=0)
+    n_shards = models.PositiveIntegerField(default=0)
+    items_done = models.PositiveIntegerField(default=0)
+    counts = models.JSONField(default=dict, blank=True)  # {tier: {tried, accepted, escalated}}
+    seconds = models.FloatField(default=0.0)
+    tokens = models.BigIntegerField(default=0)
+    computed_tokens = models.BigIntegerField(default=0)  # tokens the engine ran (prefix reuse skips some)
+
+
+class AutolabelShard(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    run = models.ForeignKey(AutolabelRun, related_name="shards", on_delete=models.CASCADE)
+    shard = models.PositiveIntegerField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    n_items = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    seconds = models.FloatField(default=0.0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "shard"], name="autolabel_shard_unique")]
+
+
+class AutoLabel(models.Model):
+    """The decision for one item under one (prompt hash, adapter set): the unique key makes a
+    redelivered shard's write an upsert of the same row."""
+
+    class Decision(models.TextChoices):
+        ACCEPTED = "accepted"
+        ESCALATED = "escalated"  # to people (cascade batch source): under every tier's threshold,
+        # or a class with no threshold (too little evidence) or blocked by the audit alarm
+
+    class Audit(models.TextChoices):
+        NONE = ""
+        PENDING = "pending"
+        PASSED = "passed"
+        FAILED = "failed"
+
+    item = models.ForeignKey(Item, related_name="auto_labels", on_delete=models.CASCADE)
+    prompt_hash = models.CharField(max_length=64)
+    adapter_set_hash = models.CharField(max_length=64)
+    run = models.ForeignKey(AutolabelRun, related_name="labels", on_delete=models.CASCADE)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)  # the deciding tier's label
+    confidence = models.FloatField()  # calibrated, of the deciding tier
+    probs = models.JSONField()  # calibrated tier-1 distribution in label order
+    tier = models.CharField(max_length=16)  # model | agreement | permuted | second_model
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    audit = models.CharField(max_length=8, choices=Audit.choices, default=Audit.NONE, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "prompt_hash", "adapter_set_hash"], name="autolabel_unique"),
+        ]
+        indexes = [models.Index(fields=["run", "decision"]), models.Index(fields=["audit"])]
+
+
+class DeadLetter(models.Model):
+    """An item a run could not decide: failed repeatedly, over the context, or under the label-mass
+    threshold. Leads see the reason and retry; the run goes on without it."""
+
+    class Reason(models.TextChoices):
+        FAILED = "failed"
+        OVER_CONTEXT = "over_context"
+        LOW_MASS = "low_mass"
+
+    run = models.ForeignKey(AutolabelRun, related_name="dead_letters", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="dead_letters", on_delete=models.CASCADE)
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    detail = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=1)
+    resolved = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "item"], name="deadletter_unique")]
+
+
 __all__ = [
     "AdapterVersion",
     "Adjudication",
     "Annotation",
     "ApiToken",
+    "AutoLabel",
+    "AutolabelRun",
+    "AutolabelShard",
     "BatchItem",
+    "Calibration",
+    "DeadLetter",
+    "GoldItem",
     "ImportJob",
     "Item",
     "Label",

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from annotate import api
-from annotate.views import annotator, data, home, items, lead, ml, setup, team
+from annotate import api, api_autolabel
+from annotate.views import annotator, autolabel, data, home, items, lead, ml, setup, team
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -47,7 +47,27 @@ urlpatterns = [
     path("p/<int:project_id>/ml/rounds/", ml.ml_rounds, name="ml_rounds"),
     path("p/<int:project_id>/ml/rounds/start/", ml.ml_round_start, name="ml_round_start"),
     path("p/<int:project_id>/ml/rounds/retrain/", ml.ml_round_retrain, name="ml_round_retrain"),
+    # Auto-labelling (ml), dead letters (leads), the final dataset
+    path("p/<int:project_id>/ml/autolabel/", autolabel.autolabel_home, name="autolabel_home"),
+    path("p/<int:project_id>/ml/autolabel/status/", autolabel.autolabel_status, name="autolabel_status"),
+    path("p/<int:project_id>/ml/autolabel/gold/", autolabel.autolabel_gold, name="autolabel_gold"),
+    path("p/<int:project_id>/ml/autolabel/calibrate/", autolabel.autolabel_calibrate, name="autolabel_calibrate"),
+    path("p/<int:project_id>/ml/autolabel/launch/", autolabel.autolabel_launch, name="autolabel_launch"),
+    path("p/<int:project_id>/ml/autolabel/audit/", autolabel.autolabel_audit_refresh, name="autolabel_audit"),
+    path("p/<int:project_id>/lead/dead-letters/", autolabel.dead_letters, name="dead_letters"),
+    path("p/<int:project_id>/lead/dead-letters/retry/", autolabel.dead_letters_retry, name="dead_letters_retry"),
+    re_path(
+        r"^p/(?P<project_id>\d+)/export/dataset\.(?P<fmt>csv|jsonl|parquet)$",
+        autolabel.dataset_download,
+        name="dataset_download",
+    ),
     # REST (token auth)
     path("api/projects/<int:project_id>/rounds/", api.api_round_start, name="api_round_start"),
     path("api/rounds/<int:round_id>/", api.api_round, name="api_round"),
+    path(
+        "api/projects/<int:project_id>/calibrations/", api_autolabel.api_calibration_start, name="api_calibration_start"
+    ),
+    path("api/calibrations/<int:calibration_id>/", api_autolabel.api_calibration, name="api_calibration"),
+    path("api/projects/<int:project_id>/autolabel/", api_autolabel.api_autolabel_start, name="api_autolabel_start"),
+    path("api/autolabel/<int:run_id>/", api_autolabel.api_autolabel, name="api_autolabel"),
 ]

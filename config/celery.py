@@ -27,6 +27,7 @@ app.conf.result_serializer = "json"
 app.conf.accept_content = ["json"]
 app.conf.result_expires = 3600
 app.autodiscover_tasks()
+app.autodiscover_tasks(related_name="tasks_autolabel")  # the bulk auto-labelling job
 
 # The command line a gpu worker runs; docker-compose and the Makefile use the same flags.
 GPU_WORKER_ARGS = ["worker", "-Q", "gpu", "--concurrency", "1", "--prefetch-multiplier", "1"]

@@ -9,7 +9,7 @@ import numpy as np
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from annotate.models import AdapterVersion, Annotation, BatchItem, Item, Label, Lease, Project, Round
+from annotate.models import AdapterVersion, Annotation, BatchItem, GoldItem, Item, Label, Lease, Project, Round
 from scoring.engines import AdapterRef, adapter_set_hash
 
 
@@ -51,6 +51,7 @@ def eligible_pool(*, project: Project, now: datetime | None = None) -> QuerySet[
         Item.objects.filter(project=project, is_test=False, state=Item.State.POOL, final_label__isnull=True)
         .exclude(Exists(live_lease))
         .exclude(Exists(annotated))
+        .exclude(Exists(GoldItem.objects.filter(item=OuterRef("pk"))))
     )
 
 
@@ -70,7 +71,9 @@ class Labeled:
 def labeled_items(*, project: Project, item_ids: list[int] | None = None) -> Labeled:
     """Non-test items with a final label (by id), with their batch source."""
     index = label_index(project=project)
-    items = Item.objects.filter(project=project, is_test=False, final_label__isnull=False)
+    items = Item.objects.filter(project=project, is_test=False, final_label__isnull=False).exclude(
+        Exists(GoldItem.objects.filter(item=OuterRef("pk")))  # the gold set measures; it never trains
+    )
     if item_ids is not None:
         items = items.filter(id__in=item_ids)
     rows = list(items.order_by("id").values_list("id", "text", "text_hash", "final_label_id"))

@@ -8,9 +8,17 @@ from typing import Any
 from django.db import transaction
 
 
+def registered(task: str) -> Any:
+    """The task registered under ``task``. A process that imported no task module yet (the web
+    process, a test) has the app's autodiscovery import them first."""
+    from celery import current_app
+
+    if task not in current_app.tasks:
+        current_app.loader.import_default_modules()  # fires autodiscovery (annotate.tasks, tasks_autolabel)
+    return current_app.tasks[task]
+
+
 def send_on_commit(task: str, *args: Any) -> None:
     """``task`` (a name in annotate/tasks.py) with ``args``, sent after commit. Honours
     CELERY_TASK_ALWAYS_EAGER (runs in this process) like ``Task.delay`` does."""
-    from celery import current_app
-
-    transaction.on_commit(lambda: current_app.tasks[task].apply_async(args=args))
+    transaction.on_commit(lambda: registered(task).apply_async(args=args))

@@ -16,7 +16,6 @@ from django.urls import reverse
 from annotate.models import Annotation, BatchItem, Item, Label, Project, Round
 from annotate.selectors.labeling import empty_queue_reason
 from annotate.selectors.progress import batch_items_finished, batch_status
-from annotate.services import rounds
 from annotate.services.labeling import label_submit, next_item_for, skip_submit
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.review import ReviewError, adjudicate, item_return_to_pool
@@ -82,36 +81,35 @@ def _take_and_label(project: Project, user: User, name: str) -> Item:
 def test_a_batch_with_skips_and_a_disagreement_finishes_by_itself(setup: dict[str, Any]) -> None:
     project, labeling, items = setup["project"], setup["round"], setup["items"]
     alice, bob, lena, mia = setup["alice"], setup["bob"], setup["lena"], setup["mia"]
-    with rounds.sync_mode():  # the train tasks are not enqueued (no broker); the transition is what counts
-        assert _take_and_label(project, alice, "yes") == items[0]
-        skipped = next_item_for(project=project, annotator=alice)
-        assert skipped is not None and skipped == items[1]
-        skip_submit(item=skipped, annotator=alice, reason="two topics")
-        assert _take_and_label(project, alice, "yes") == items[2]  # overlap item: needs a second annotator
-        assert _take_and_label(project, alice, "no") == items[3]
-        assert _take_and_label(project, bob, "yes") == items[1]  # bob labels the item alice skipped
-        assert next_item_for(project=project, annotator=alice) is None
+    assert _take_and_label(project, alice, "yes") == items[0]
+    skipped = next_item_for(project=project, annotator=alice)
+    assert skipped is not None and skipped == items[1]
+    skip_submit(item=skipped, annotator=alice, reason="two topics")
+    assert _take_and_label(project, alice, "yes") == items[2]  # overlap item: needs a second annotator
+    assert _take_and_label(project, alice, "no") == items[3]
+    assert _take_and_label(project, bob, "yes") == items[1]  # bob labels the item alice skipped
+    assert next_item_for(project=project, annotator=alice) is None
 
-        status = batch_status(round=labeling)
-        assert (status.finished, status.need_labels, status.skipped, status.disagreements) == (3, 1, 0, 0)
-        reason = empty_queue_reason(project=project, annotator=alice, queue="batch")
-        assert "3 of 4 batch items are done" in reason and "second annotator" in reason
+    status = batch_status(round=labeling)
+    assert (status.finished, status.need_labels, status.skipped, status.disagreements) == (3, 1, 0, 0)
+    reason = empty_queue_reason(project=project, annotator=alice, queue="batch")
+    assert "3 of 4 batch items are done" in reason and "second annotator" in reason
 
-        # The ML page says what is left and what to press; the refusal survives the live refresh.
-        ml = Client()
-        ml.force_login(mia)
-        refusal = ml.post(reverse("ml_round_start", args=[project.pk]), headers={"HX-Request": "true"})
-        text = refusal.content.decode()
-        assert 'id="round-message" hx-swap-oob="outerHTML"' in text
-        assert "round 1 is still labeling" in text and "3 of 4 batch items are done" in text
-        assert "1 still needs annotators" in text and "Retrain now" in text
-        polled = ml.get(reverse("ml_rounds", args=[project.pk]), headers={"HX-Request": "true"}).content.decode()
-        assert 'id="round-message"' not in polled  # the refresh never touches the message
+    # The ML page says what is left and what to press; the refusal survives the live refresh.
+    ml = Client()
+    ml.force_login(mia)
+    refusal = ml.post(reverse("ml_round_start", args=[project.pk]), headers={"HX-Request": "true"})
+    text = refusal.content.decode()
+    assert 'id="round-message" hx-swap-oob="outerHTML"' in text
+    assert "round 1 is still labeling" in text and "3 of 4 batch items are done" in text
+    assert "1 still needs annotators" in text and "Retrain now" in text
+    polled = ml.get(reverse("ml_rounds", args=[project.pk]), headers={"HX-Request": "true"}).content.decode()
+    assert 'id="round-message"' not in polled  # the refresh never touches the message
 
-        assert _take_and_label(project, bob, "no") == items[2]  # a disagreement: waits for a lead
-        status = batch_status(round=labeling)
-        assert (status.finished, status.disagreements) == (3, 1) and _status(labeling) == "labeling"
-        adjudicate(item=items[2], label=_label(project, "no"), lead=lena)
+    assert _take_and_label(project, bob, "no") == items[2]  # a disagreement: waits for a lead
+    status = batch_status(round=labeling)
+    assert (status.finished, status.disagreements) == (3, 1) and _status(labeling) == "labeling"
+    adjudicate(item=items[2], label=_label(project, "no"), lead=lena)
     assert _status(labeling) == "training"  # nobody pressed "Retrain now"
     assert batch_items_finished(round=labeling) == 4
 
@@ -120,20 +118,19 @@ def test_decided_unlabelable_and_returned_items_count_as_finished(setup: dict[st
     project, labeling, items = setup["project"], setup["round"], setup["items"]
     alice, lena = setup["alice"], setup["lena"]
     Item.objects.filter(pk=items[2].pk).update(required_labels=1)
-    with rounds.sync_mode():
-        _take_and_label(project, alice, "yes")
-        for _ in range(2):
-            item = next_item_for(project=project, annotator=alice)
-            assert item is not None
-            skip_submit(item=item, annotator=alice)
-        _take_and_label(project, alice, "no")
-        assert next_item_for(project=project, annotator=alice) is None  # the only annotator skipped two
-        status = batch_status(round=labeling)
-        assert (status.finished, status.skipped) == (2, 2) and _status(labeling) == "labeling"
-        assert "2 wait for a lead" in empty_queue_reason(project=project, annotator=alice, queue="batch")
-        adjudicate(item=items[1], label=None, lead=lena)  # unlabelable
-        assert _status(labeling) == "labeling"
-        item_return_to_pool(item=items[2], lead=lena)  # back to the pool: the round does not wait for it
+    _take_and_label(project, alice, "yes")
+    for _ in range(2):
+        item = next_item_for(project=project, annotator=alice)
+        assert item is not None
+        skip_submit(item=item, annotator=alice)
+    _take_and_label(project, alice, "no")
+    assert next_item_for(project=project, annotator=alice) is None  # the only annotator skipped two
+    status = batch_status(round=labeling)
+    assert (status.finished, status.skipped) == (2, 2) and _status(labeling) == "labeling"
+    assert "2 wait for a lead" in empty_queue_reason(project=project, annotator=alice, queue="batch")
+    adjudicate(item=items[1], label=None, lead=lena)  # unlabelable
+    assert _status(labeling) == "labeling"
+    item_return_to_pool(item=items[2], lead=lena)  # back to the pool: the round does not wait for it
     assert _status(labeling) == "training"
 
 
@@ -142,9 +139,8 @@ def test_auto_retrain_off_waits_for_the_button_and_says_so(setup: dict[str, Any]
     Project.objects.filter(pk=project.pk).update(auto_retrain_share=0.0)
     project.refresh_from_db()
     Item.objects.filter(project=project).update(required_labels=1)
-    with rounds.sync_mode():
-        for _ in range(4):
-            _take_and_label(project, setup["alice"], "yes")
+    for _ in range(4):
+        _take_and_label(project, setup["alice"], "yes")
     assert _status(labeling) == "labeling" and batch_status(round=labeling).complete
     ml = Client()
     ml.force_login(setup["mia"])
@@ -160,8 +156,7 @@ def test_a_lead_does_not_decide_an_item_they_labelled_unless_the_project_allows_
     with pytest.raises(ReviewError, match="you labelled this item yourself"):
         adjudicate(item=items[0], label=_label(project, "no"), lead=lena)
     Project.objects.filter(pk=project.pk).update(lead_adjudicates_own=True)
-    with rounds.sync_mode():
-        adjudicate(item=items[0], label=_label(project, "no"), lead=lena)
+    adjudicate(item=items[0], label=_label(project, "no"), lead=lena)
     items[0].refresh_from_db()
     assert items[0].final_label == _label(project, "no")
 
@@ -179,11 +174,10 @@ def test_batch_overlap_items_go_to_k_distinct_annotators(setup: dict[str, Any]) 
     needs = dict(Item.objects.filter(project=project).values_list("external_id", "required_labels"))
     assert needs == {"i0": 2, "i1": 1, "i2": 2, "i3": 1}  # spread over the rank order
     carol = _user("carol", "annotator")
-    with rounds.sync_mode():
-        seen: dict[str, list[str]] = {}
-        for user in (setup["alice"], setup["bob"], carol):
-            while (item := next_item_for(project=project, annotator=user)) is not None:
-                label_submit(item=item, annotator=user, label=_label(project, "yes"))
-                seen.setdefault(item.external_id, []).append(user.username)
+    seen: dict[str, list[str]] = {}
+    for user in (setup["alice"], setup["bob"], carol):
+        while (item := next_item_for(project=project, annotator=user)) is not None:
+            label_submit(item=item, annotator=user, label=_label(project, "yes"))
+            seen.setdefault(item.external_id, []).append(user.username)
     # alice takes every item first; bob then gets exactly the overlap items; carol finds nothing left
     assert seen == {"i0": ["alice", "bob"], "i1": ["alice"], "i2": ["alice", "bob"], "i3": ["alice"]}

@@ -1,0 +1,34 @@
+"""Forms of the auto-labelling section: gold draw, calibration, launch."""
+
+from __future__ import annotations
+
+from django import forms
+
+from annotate.services.autolabel import CASCADES
+
+CASCADE_NAMES = {
+    "none": "none (people get everything under the threshold)",
+    "agreement": "agreement of all K members",
+    "permuted": "self-consistency over permuted label codes",
+    "second_model": "a second model directory",
+}
+
+
+class GoldDrawForm(forms.Form):
+    per_class = forms.IntegerField(min_value=1, max_value=10_000, initial=50, label="Items per class")
+
+
+class CalibrateForm(forms.Form):
+    target = forms.FloatField(min_value=0.5, max_value=0.999, initial=0.95, label="Target precision")
+    cascade = forms.ChoiceField(choices=[(c, CASCADE_NAMES[c]) for c in CASCADES], initial="agreement")
+    second_model_dir = forms.CharField(required=False, label="Second model directory")
+
+
+class LaunchForm(forms.Form):
+    audit_share = forms.FloatField(min_value=0.0, max_value=0.5, initial=0.02, label="Audit share")
+    max_shards_in_flight = forms.IntegerField(min_value=1, max_value=256, initial=4, label="Shards in flight")
+    chunk_size = forms.IntegerField(min_value=1, max_value=8192, initial=256, label="Items per engine call")
+
+
+def first_error(form: forms.Form) -> str:
+    return " ".join(f"{name}: {' '.join(map(str, errors))}" for name, errors in form.errors.items())

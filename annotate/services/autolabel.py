@@ -1,0 +1,901 @@
+"""Label the rest of the pool: gold set, calibration, per-class thresholds, the bulk job, the cascade,
+the random audit, dead letters.
+
+The bulk job is durable in the same way as round scoring: one AutolabelShard row per slice of the
+run's items (``sha1(item id) % n_shards``), claimed with a conditional UPDATE by one live worker, a
+killed worker's shard reclaimed (the worker start re-enqueues what a running run still needs), a
+finished shard never redone. Results are AutoLabel rows keyed by (item, prompt hash, adapter set),
+written chunk by chunk with an upsert: a shard that is redelivered or resumed skips the items it
+already decided, and a re-run with the same prompt and adapters finds nothing left to do.
+
+Backpressure: at most ``max_shards_in_flight`` shards are queued or running per run (each finished
+shard enqueues the next), and each engine call gets ``chunk_size`` items.
+
+Decisions use the calibration's thresholds only if the run's rendered prompt has the hash the
+calibration was fitted on (template drift refuses the run and names what changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from annotate.loopconfig import loop_config
+from annotate.models import (
+    AutoLabel,
+    AutolabelRun,
+    AutolabelShard,
+    BatchItem,
+    Calibration,
+    DeadLetter,
+    GoldItem,
+    Item,
+    Label,
+    Prediction,
+    Project,
+    Round,
+)
+from annotate.selectors import autolabel as auto_sel
+from annotate.selectors import loop as loop_sel
+from scoring import pipeline
+from scoring.prompts import LabelSpec, PromptSpec
+from training import calibrate as cal
+from training import ensemble
+
+RunStatus = AutolabelRun.Status
+ShardStatus = AutolabelShard.Status
+SHARD_ITEMS = 2000  # items per shard: a checkpoint every few seconds of GPU, a minute or two of CPU
+MAX_SHARD_ATTEMPTS = 3  # a shard claimed this often gives its remaining items to the dead letters
+MAX_REASON = 2000
+CASCADES = ("none", "agreement", "permuted", "second_model")
+AUTOLABEL_STRATEGY = "autolabel"  # Round.strategy of the round that carries cascade/audit/gold rows
+
+
+class AutolabelError(ValueError):
+    """A request that cannot be served (no calibration, wrong options); the message is for people."""
+
+
+class RunActiveError(AutolabelError):
+    """A run of the project is still going."""
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+
+
+# The bulk job's tasks by their stable names (annotate/tasks_autolabel.py): services send tasks by
+# name and never import the task module (no service ↔ task import cycle).
+TASK_NAMES = {
+    "calibrate": "annotate.gpu.autolabel_calibrate",
+    "plan": "annotate.gpu.autolabel_plan",
+    "shard": "annotate.gpu.autolabel_shard",
+    "retry": "annotate.gpu.autolabel_retry",
+}
+
+
+def _task(task_name: str) -> Any:
+    from annotate.services.queue import registered
+
+    return registered(TASK_NAMES[task_name])
+
+
+def _dispatch(task_name: str, *args: Any) -> None:
+    task = _task(task_name)
+    if _SYNC_RUNNER is not None:
+        _SYNC_RUNNER.append((task_name, args))
+        return
+    transaction.on_commit(lambda: task.delay(*args))
+
+
+_SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
+
+
+def run_inline(first: Callable[[], Any], *, after_task: Callable[[str], None] | None = None) -> None:
+    """Run ``first`` and every task it enqueues in this process, in order (the CLI's --sync, tests);
+    ``after_task(name)`` after each (the CLI prints progress there)."""
+    global _SYNC_RUNNER
+    saved, _SYNC_RUNNER = _SYNC_RUNNER, []
+    try:
+        first()
+        while _SYNC_RUNNER:
+            name, args = _SYNC_RUNNER.pop(0)
+            _task(name).run(*args)
+            if after_task is not None:
+                after_task(name)
+    finally:
+        _SYNC_RUNNER = saved
+
+
+# -- scoring helpers -------------------------------------------------------------------------------
+
+
+@dataclass
+class Scores:
+    p: np.ndarray  # [K, N, C]
+    mass: np.ndarray  # [K, N]
+    truncated: np.ndarray  # bool[N]
+    tokens: int
+    computed_tokens: int
+    seconds: float
+
+
+def _score(engine: Any, renderer: Any, texts: Sequence[str], refs: Sequence[Any], chunk: int) -> Scores:
+    k, c = max(1, len(refs)), len(renderer.label_token_ids)
+    parts, started = [], time.perf_counter()
+    for start in range(0, len(texts), max(1, chunk)):
+        parts.append(engine.score(renderer, list(texts[start : start + chunk]), refs))
+    if not parts:
+        return Scores(np.zeros((k, 0, c), np.float32), np.zeros((k, 0), np.float32), np.zeros(0, bool), 0, 0, 0.0)
+    return Scores(
+        np.concatenate([r.p for r in parts], axis=1),
+        np.concatenate([r.mass for r in parts], axis=1),
+        np.concatenate([np.asarray(r.truncated, bool) for r in parts]),
+        sum(int(r.tokens) for r in parts),
+        sum(int(r.computed_tokens) for r in parts),
+        time.perf_counter() - started,
+    )
+
+
+def permuted_spec(spec: PromptSpec, perm: Sequence[int]) -> PromptSpec:
+    """The prompt with label i wearing the code of label perm[i] (label order kept, so p stays in
+    label order)."""
+    codes = [label.code for label in spec.labels]
+    labels = tuple(LabelSpec(lab.name, lab.description, codes[perm[i]]) for i, lab in enumerate(spec.labels))
+    return PromptSpec(spec.instructions, labels, spec.few_shot, spec.item_template)
+
+
+def fingerprint(renderer: Any, spec: PromptSpec, model_dir: str) -> dict[str, str]:
+    """What the prompt hash is made of, part by part, so drift can be explained."""
+    from scoring.bundled import model_revision
+
+    def digest(value: Any) -> str:
+        return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+    tok = renderer.tokenizer
+    return {
+        "tokenizer": digest((type(tok).__name__, len(tok), tok.bos_token, tok.eos_token)),
+        "chat template": digest(getattr(tok, "chat_template", "")),
+        "instructions": digest((spec.instructions, spec.labels, spec.few_shot, spec.item_template)),
+        "model revision": str(model_revision(model_dir)),
+        "context": str(renderer.max_context),
+    }
+
+
+def drift_reason(calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str) -> str:
+    """Empty when the run may use the calibration; else why it may not."""
+    reasons = []
+    if prompt_hash != calibration.prompt_hash:
+        changed = [name for name, value in parts.items() if (calibration.fingerprint or {}).get(name) != value]
+        what = ", ".join(changed) if changed else "the rendered prefix"
+        reasons.append(
+            f"the rendered prompt prefix hash is {prompt_hash[:12]}, the thresholds were calibrated on "
+            f"{calibration.prompt_hash[:12]} ({what} changed): recalibrate before auto-accepting"
+        )
+    if adapter_set != calibration.adapter_set_hash:
+        reasons.append(
+            f"the adapter set is {adapter_set[:12]}, the thresholds were calibrated on "
+            f"{calibration.adapter_set_hash[:12]} (a newer round trained new adapters): recalibrate"
+        )
+    return "; ".join(reasons)
+
+
+def _drift(run: AutolabelRun, ctx: Context) -> str:
+    parts = fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir)
+    return drift_reason(run.calibration, prompt_hash=ctx.renderer.prompt_hash, parts=parts, adapter_set=ctx.adapter_set)
+
+
+@dataclass
+class Context:
+    """Everything a shard or a calibration needs, built once per task."""
+
+    project: Project
+    config: ensemble.LoopConfig
+    spec: PromptSpec
+    renderer: Any
+    engine: Any
+    refs: list[Any]
+    adapter_set: str
+
+
+def _context(project: Project) -> Context:
+    from scoring.engines import adapter_set_hash
+
+    config = loop_config(project)
+    refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=project))
+    return Context(
+        project=project,
+        config=config,
+        spec=config.prompt,
+        renderer=pipeline.make_renderer(config.model_dir, config.prompt, config.max_context),
+        engine=ensemble.make_engine(config),
+        refs=refs,
+        adapter_set=adapter_set_hash(refs),
+    )
+
+
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+# -- gold set ---------------------------------------------------------------------------------------
+
+
+def gold_draw(*, project: Project, per_class: int = 50, seed: int = 0) -> int:
+    """Draw the gold set: per predicted class (latest predictions) up to ``per_class`` eligible pool
+    items (all of them where fewer); without predictions, ``per_class`` × C at random. Each is
+    double-labelled blind (required_labels 2, served in the annotators' queue as source "gold"),
+    disagreements go to the leads, and the loop never trains on it. Returns items added."""
+    if per_class < 1:
+        raise AutolabelError("the gold set needs at least one item per class")
+    rng = np.random.default_rng([seed, project.pk])
+    eligible = np.array(sorted(loop_sel.eligible_ids(project=project)), dtype=np.int64)
+    taken = set(GoldItem.objects.filter(project=project).values_list("item_id", flat=True))
+    eligible = np.array([i for i in eligible if int(i) not in taken], dtype=np.int64)
+    latest = dict(
+        Prediction.objects.filter(item__project=project, item_id__in=eligible.tolist())
+        .order_by("item_id", "created_at")
+        .values_list("item_id", "label_id")
+    )
+    picks: list[tuple[int, int | None]] = []
+    if latest:
+        for label in Label.objects.filter(project=project).order_by("order", "id"):
+            members = np.array([i for i in eligible if latest.get(int(i)) == label.pk], dtype=np.int64)
+            chosen = rng.permutation(members)[:per_class]
+            picks += [(int(i), label.pk) for i in chosen]
+    else:
+        n = per_class * Label.objects.filter(project=project).count()
+        picks = [(int(i), None) for i in rng.permutation(eligible)[:n]]
+    with transaction.atomic():
+        GoldItem.objects.bulk_create(
+            [GoldItem(project=project, item_id=i, stratum_id=s) for i, s in picks], ignore_conflicts=True
+        )
+        ids = [i for i, _ in picks]
+        Item.objects.filter(id__in=ids, required_labels__lt=2).update(required_labels=2)
+        queue_for_people(project=project, item_ids=ids, source=BatchItem.Source.GOLD)
+    return len(picks)
+
+
+def people_round(project: Project) -> Round:
+    """The round whose batch carries items for people outside the loop's selection (cascade, audit,
+    gold): the oldest round in labelling, else a new "autolabel" round in labelling."""
+    current = Round.objects.filter(project=project, status=Round.Status.LABELING).order_by("number").first()
+    if current is not None:
+        return current
+    number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
+    row, _ = Round.objects.get_or_create(
+        project=project,
+        number=number,
+        defaults={"status": Round.Status.LABELING, "strategy": AUTOLABEL_STRATEGY, "seed": project.seed},
+    )
+    return row
+
+
+def queue_for_people(*, project: Project, item_ids: Sequence[int], source: str) -> int:
+    """Batch rows for items people must label (cascade, audit, gold). Idempotent per round."""
+    if not item_ids:
+        return 0
+    with transaction.atomic():
+        target = people_round(project)
+        start = (BatchItem.objects.filter(round=target).aggregate(r=Max("rank"))["r"] or 0) + 1
+        rows = [BatchItem(round=target, item_id=int(i), source=source, rank=start + n) for n, i in enumerate(item_ids)]
+        BatchItem.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
+    return len(rows)
+
+
+# -- calibration ------------------------------------------------------------------------------------
+
+
+def calibration_request(
+    *,
+    project: Project,
+    user: Any = None,
+    target: float = cal.DEFAULT_TARGET,
+    cascade: str = "agreement",
+    second_model_dir: str = "",
+) -> Calibration:
+    if not 0.5 <= target < 1.0:
+        raise AutolabelError(f"target precision must be in [0.5, 1), got {target}")
+    if cascade not in CASCADES:
+        raise AutolabelError(f"unknown cascade {cascade!r} (one of {', '.join(CASCADES)})")
+    if cascade == "second_model" and not Path(second_model_dir).is_dir():
+        raise AutolabelError(f"the second model directory {second_model_dir!r} does not exist")
+    if not auto_sel.eval_items(project=project).item_ids:
+        raise AutolabelError("no human-labelled evaluation items: label the test set or the gold set first")
+    with transaction.atomic():
+        row = Calibration.objects.create(
+            project=project, created_by=user, target=target, cascade=cascade, second_model_dir=second_model_dir
+        )
+        _dispatch("calibrate", row.id)
+    return row
+
+
+def calibration_run(*, calibration_id: int) -> Calibration:
+    """Score the evaluation items, fit the calibrator and every tier's thresholds (task body)."""
+    if not Calibration.objects.filter(id=calibration_id, status=Calibration.Status.PENDING).update(
+        status=Calibration.Status.RUNNING
+    ):
+        return Calibration.objects.get(id=calibration_id)
+    row = Calibration.objects.select_related("project").get(id=calibration_id)
+    try:
+        Calibration.objects.filter(id=row.id).update(**_fit(row), status=Calibration.Status.DONE)
+    except Exception as exc:
+        calibration_fail(calibration_id=row.id, reason=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        Calibration.objects.filter(id=row.id).update(finished_at=timezone.now())
+    return Calibration.objects.get(id=row.id)
+
+
+def calibration_fail(*, calibration_id: int, reason: str) -> None:
+    Calibration.objects.filter(id=calibration_id).exclude(status=Calibration.Status.DONE).update(
+        status=Calibration.Status.FAILED, error=reason[:MAX_REASON], finished_at=timezone.now()
+    )
+
+
+def _fit(row: Calibration) -> dict[str, Any]:
+    ctx = _context(row.project)
+    ev = auto_sel.eval_items(project=row.project)
+    names = [label.name for label in ctx.spec.labels]
+    y = np.array(ev.y, dtype=np.int64)
+    scores = _score(ctx.engine, ctx.renderer, ev.texts, ctx.refs, 256)
+    p_mean = scores.p.mean(axis=0)
+    calibrator = cal.fit_calibrator(p_mean, y)
+    pred, conf = cal.model_tier(p_mean, calibrator)
+    thresholds = {"model": _rules(pred, conf, y, names, row.target)}
+    tier_calibrators: dict[str, Any] = {}
+    variants: np.ndarray | None = None
+    perms = cal.code_permutations(len(names))
+    if row.cascade == "agreement":
+        pred2, conf2 = cal.agreement_tier(scores.p, calibrator)
+        thresholds["agreement"] = _rules(pred2, conf2, y, names, row.target)
+    elif row.cascade == "permuted":
+        variants = _variant_scores(ctx, ev.texts, perms)
+        pred2, conf2 = cal.permuted_tier(np.concatenate([p_mean[None], variants]), calibrator)
+        thresholds["permuted"] = _rules(pred2, conf2, y, names, row.target)
+    elif row.cascade == "second_model":
+        second = _second_model_scores(ctx, row.second_model_dir, ev.texts)
+        second_cal = cal.fit_calibrator(second, y)
+        tier_calibrators["second_model"] = second_cal.to_json()
+        pred2, conf2 = cal.model_tier(second, second_cal)
+        thresholds["second_model"] = _rules(pred2, conf2, y, names, row.target)
+    gold = np.array(ev.is_gold, dtype=bool)
+    bias_rows = np.flatnonzero(gold) if gold.any() else np.arange(len(y))
+    bias_rows = bias_rows[:BIAS_SLICE]
+    if variants is None:
+        variants = _variant_scores(ctx, [ev.texts[i] for i in bias_rows], perms)
+    else:
+        variants = variants[:, bias_rows]
+    return {
+        "prompt_hash": ctx.renderer.prompt_hash,
+        "adapter_set_hash": ctx.adapter_set,
+        "fingerprint": fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
+        "n_items": len(y),
+        "calibrator": calibrator.to_json(),
+        "before": cal.reliability(p_mean, y),
+        "after": cal.reliability(calibrator.apply(p_mean), y),
+        "thresholds": thresholds,
+        "tier_calibrators": tier_calibrators,
+        "bias": cal.label_order_bias(p_mean[bias_rows], variants, perms),
+        "gold_report": _gold_report(row.project, ev, calibrator.apply(p_mean), names),
+        "rate": {
+            "engine": ctx.config.engine,
+            "device": _device(),
+            "tokens_per_second": scores.tokens / scores.seconds if scores.seconds else 0.0,
+            "tokens_per_item": scores.tokens / max(1, len(y)),
+            "items_per_second": len(y) / scores.seconds if scores.seconds else 0.0,
+        },
+        "blocked": {},
+        "error": "",
+    }
+
+
+BIAS_SLICE = 200  # gold items re-scored per code permutation for the label-order check
+
+
+def _rules(pred: np.ndarray, conf: np.ndarray, y: np.ndarray, names: list[str], target: float) -> list[dict]:
+    return [asdict(r) for r in cal.fit_thresholds(pred, conf, y, label_names=names, target=target)]
+
+
+def _variant_scores(ctx: Context, texts: Sequence[str], perms: Sequence[Sequence[int]]) -> np.ndarray:
+    """Ensemble-mean p [V, N, C] (label order) under each code permutation of the prompt."""
+    out = []
+    for perm in perms:
+        spec = permuted_spec(ctx.spec, perm)
+        renderer = pipeline.make_renderer(ctx.config.model_dir, spec, ctx.config.max_context)
+        out.append(_score(ctx.engine, renderer, texts, ctx.refs, 256).p.mean(axis=0))
+    return np.stack(out) if out else np.zeros((0, len(texts), len(ctx.spec.labels)), np.float32)
+
+
+def _second_model_scores(ctx: Context, model_dir: str, texts: Sequence[str]) -> np.ndarray:
+    from scoring.engines import get_engine
+
+    renderer = pipeline.make_renderer(model_dir, ctx.spec, ctx.config.max_context)
+    engine = get_engine(ctx.config.engine, model_dir, **dict(ctx.config.engine_options))
+    return _score(engine, renderer, texts, [], 256).p.mean(axis=0)
+
+
+def _gold_report(project: Project, ev: auto_sel.EvalItems, q: np.ndarray, names: list[str]) -> dict[str, Any]:
+    """On the gold items: per-class precision/recall and confusion of the calibrated model, Cohen's κ
+    model–human and human–human (first two blind labels) on the same items."""
+    from annotate.models import Annotation
+    from annotate.selectors.agreement import cohen_kappa
+    from training.evaluate import evaluate
+
+    rows = [i for i, g in enumerate(ev.is_gold) if g]
+    if not rows:
+        return {}
+    y = np.array([ev.y[i] for i in rows])
+    report = evaluate(q[rows], y, label_names=names)
+    index = loop_sel.label_index(project=project)
+    firsts: dict[int, list[int]] = {}
+    ids = [ev.item_ids[i] for i in rows]
+    for item_id, label_id in (
+        Annotation.objects.filter(item_id__in=ids).order_by("created_at", "id").values_list("item_id", "label_id")
+    ):
+        firsts.setdefault(item_id, []).append(index[label_id])
+    pairs = [(v[0], v[1], ev.y[ev.item_ids.index(i)]) for i, v in firsts.items() if len(v) >= 2]
+    pred = q[rows].argmax(axis=1)
+    human_human = (
+        cohen_kappa(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), len(names)) if pairs else None
+    )
+    return {
+        "n": len(rows),
+        "per_class": report["per_class"],
+        "confusion": report["confusion"],
+        "kappa_model_human": cohen_kappa(pred, y, len(names)),
+        "kappa_human_human": human_human,
+        "n_pairs": len(pairs),
+    }
+
+
+# -- the bulk job -----------------------------------------------------------------------------------
+
+
+def run_request(
+    *,
+    project: Project,
+    user: Any = None,
+    audit_share: float = 0.02,
+    max_shards_in_flight: int = 4,
+    chunk_size: int = 256,
+    shard_items: int = SHARD_ITEMS,
+) -> AutolabelRun:
+    """Ask for "label the pool" on the latest finished calibration; the plan task does the rest."""
+    calibration = auto_sel.latest_calibration(project=project, done=True)
+    if calibration is None:
+        raise AutolabelError("calibrate first: auto-accept needs thresholds fitted on human labels")
+    if not 0.0 <= audit_share <= 0.5:
+        raise AutolabelError(f"audit share must be in [0, 0.5], got {audit_share}")
+    if min(max_shards_in_flight, chunk_size, shard_items) < 1:
+        raise AutolabelError("shards in flight, chunk size and shard size must be at least 1")
+    active = AutolabelRun.objects.filter(project=project, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
+    with transaction.atomic():
+        if active.exists():
+            raise RunActiveError(f"run #{active.first().pk} is still going")  # type: ignore[union-attr]
+        row = AutolabelRun.objects.create(
+            project=project,
+            calibration=calibration,
+            created_by=user,
+            audit_share=audit_share,
+            max_shards_in_flight=max_shards_in_flight,
+            chunk_size=chunk_size,
+            shard_items=shard_items,
+            seed=project.seed,
+        )
+        _dispatch("plan", row.id)
+    return row
+
+
+def _run_dir(run: AutolabelRun) -> Path:
+    return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
+
+
+def run_plan(*, run_id: int) -> AutolabelRun:
+    """pending → running: the drift check, the run's items (written once), its shards; enqueues the
+    first shards. A drifted prompt or adapter set refuses the run (nothing is scored)."""
+    run = AutolabelRun.objects.select_related("project", "calibration").get(id=run_id)
+    if run.status != RunStatus.PENDING:
+        _feed(run)
+        return run
+    ctx = _context(run.project)
+    reason = _drift(run, ctx)
+    if reason:
+        _refuse(run.id, reason)
+        return AutolabelRun.objects.get(id=run.id)
+    ids = _plan_items(run, ctx)
+    n_shards = max(1, math.ceil(len(ids) / run.shard_items)) if len(ids) else 0
+    counts = np.bincount(pipeline.shard_of(ids, n_shards), minlength=n_shards) if n_shards else np.zeros(0, int)
+    with transaction.atomic():
+        AutolabelShard.objects.bulk_create(
+            [AutolabelShard(run=run, shard=s, n_items=int(counts[s])) for s in range(n_shards)],
+            ignore_conflicts=True,
+            batch_size=2000,
+        )
+        moved = AutolabelRun.objects.filter(id=run.id, status=RunStatus.PENDING).update(
+            status=RunStatus.RUNNING,
+            started_at=timezone.now(),
+            prompt_hash=ctx.renderer.prompt_hash,
+            adapter_set_hash=ctx.adapter_set,
+            n_items=len(ids),
+            n_shards=n_shards,
+            counts={"k": max(1, len(ctx.refs))},
+        )
+    run.refresh_from_db()
+    if moved:
+        _feed(run)
+    return run
+
+
+def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
+    """The run's items: the unlabelled pool minus items already decided under this (prompt, adapter
+    set). Written once to items.npy, so a replayed plan sees the same list."""
+    path = _run_dir(run) / "items.npy"
+    if path.is_file():
+        return np.load(path)
+    pool = auto_sel.unlabelled_pool(project=run.project)
+    done = AutoLabel.objects.filter(
+        item__project=run.project, prompt_hash=ctx.renderer.prompt_hash, adapter_set_hash=ctx.adapter_set
+    ).values("item_id")
+    ids = np.fromiter(pool.exclude(id__in=done).order_by("id").values_list("id", flat=True).iterator(), dtype=np.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".items.{os.getpid()}.tmp.npy")
+    np.save(tmp, ids)
+    os.replace(tmp, path)
+    return ids
+
+
+def _refuse(run_id: int, reason: str) -> None:
+    AutolabelRun.objects.filter(id=run_id, status__in=[RunStatus.PENDING, RunStatus.RUNNING]).update(
+        status=RunStatus.REFUSED, reason=reason[:MAX_REASON], finished_at=timezone.now()
+    )
+
+
+def run_fail(*, run_id: int, reason: str) -> None:
+    AutolabelRun.objects.filter(id=run_id, status__in=[RunStatus.PENDING, RunStatus.RUNNING]).update(
+        status=RunStatus.FAILED, reason=reason[:MAX_REASON], finished_at=timezone.now()
+    )
+
+
+def _feed(run: AutolabelRun) -> int:
+    """Backpressure: queue pending shards until ``max_shards_in_flight`` are queued or running;
+    finish the run when none is left. Returns shards enqueued."""
+    if run.status != RunStatus.RUNNING:
+        return 0
+    shards = AutolabelShard.objects.filter(run=run)
+    in_flight = shards.filter(status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING]).count()
+    sent = 0
+    for shard in (
+        shards.filter(status=ShardStatus.PENDING)
+        .order_by("shard")
+        .values_list("shard", flat=True)[: max(0, run.max_shards_in_flight - in_flight)]
+    ):
+        if shards.filter(shard=shard, status=ShardStatus.PENDING).update(status=ShardStatus.QUEUED):
+            _dispatch("shard", run.id, shard)
+            sent += 1
+    _maybe_finish(run.id)
+    return sent
+
+
+def _maybe_finish(run_id: int) -> bool:
+    if AutolabelShard.objects.filter(run_id=run_id).exclude(status=ShardStatus.DONE).exists():
+        return False
+    return bool(
+        AutolabelRun.objects.filter(id=run_id, status=RunStatus.RUNNING).update(
+            status=RunStatus.DONE, finished_at=timezone.now()
+        )
+    )
+
+
+def _claim(run_id: int, shard: int, me: str) -> bool:
+    from annotate.services.workers import worker_alive
+
+    rows = AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING)
+    if rows.filter(status__in=[ShardStatus.PENDING, ShardStatus.QUEUED]).update(
+        status=ShardStatus.RUNNING, worker=me, attempts=F("attempts") + 1
+    ):
+        return True
+    current = rows.filter(status=ShardStatus.RUNNING).values_list("worker", flat=True).first()
+    if current is None or worker_alive(current):
+        return False
+    return bool(rows.filter(status=ShardStatus.RUNNING, worker=current).update(worker=me, attempts=F("attempts") + 1))
+
+
+def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
+    """Decide one shard's items (task body of ``annotate.gpu.autolabel_shard``). Idempotent: a done
+    shard or one a live worker holds is left alone; items already decided are skipped."""
+    from annotate.services.scoring import worker_id
+
+    me = worker_id()
+    try:
+        if _claim(run_id, shard, me):
+            row = AutolabelShard.objects.select_related("run__project", "run__calibration").get(
+                run_id=run_id, shard=shard
+            )
+            try:
+                if row.attempts > MAX_SHARD_ATTEMPTS:
+                    _give_up(row)
+                else:
+                    _run_shard(row)
+            except Exception as exc:  # back in line for another worker; the claim counts attempts
+                AutolabelShard.objects.filter(id=row.id, worker=me, status=ShardStatus.RUNNING).update(
+                    status=ShardStatus.PENDING, error=f"{type(exc).__name__}: {exc}"[:MAX_REASON]
+                )
+                raise
+    finally:
+        _feed(AutolabelRun.objects.get(id=run_id))
+    return AutolabelShard.objects.get(run_id=run_id, shard=shard)
+
+
+def _shard_items(row: AutolabelShard) -> list[int]:
+    run = row.run
+    ids = np.load(_run_dir(run) / "items.npy")
+    mine = ids[pipeline.shard_of(ids, run.n_shards) == row.shard].tolist()
+    decided = set(
+        AutoLabel.objects.filter(
+            item_id__in=mine, prompt_hash=run.prompt_hash, adapter_set_hash=run.adapter_set_hash
+        ).values_list("item_id", flat=True)
+    )
+    dead = set(DeadLetter.objects.filter(run=run, item_id__in=mine).values_list("item_id", flat=True))
+    still_open = set(auto_sel.unlabelled_pool(project=run.project).filter(id__in=mine).values_list("id", flat=True))
+    return [i for i in mine if i not in decided and i not in dead and i in still_open]
+
+
+def _give_up(row: AutolabelShard) -> None:
+    """A shard that keeps killing its workers: its undecided items become dead letters, the shard is
+    done, the run goes on."""
+    items = _shard_items(row)
+    dead_letter_add(run=row.run, item_ids=items, reason=DeadLetter.Reason.FAILED, detail=row.error or "shard crashed")
+    AutolabelShard.objects.filter(id=row.id).update(status=ShardStatus.DONE)
+
+
+def _run_shard(row: AutolabelShard) -> None:
+    run = row.run
+    ctx = _context(run.project)
+    reason = _drift(run, ctx)
+    if reason:  # this worker renders another prompt (other tokenizer, template, model revision)
+        _refuse(run.id, f"worker {row.worker}: {reason}")
+        AutolabelShard.objects.filter(id=row.id).update(status=ShardStatus.FAILED, error=reason[:MAX_REASON])
+        return
+    audit_refresh(calibration=run.calibration)
+    decider = Decider(run, ctx)
+    items = _shard_items(row)
+    started = time.perf_counter()
+    for start in range(0, len(items), run.chunk_size):
+        decider.decide(items[start : start + run.chunk_size])
+    AutolabelShard.objects.filter(id=row.id, status=ShardStatus.RUNNING).update(
+        status=ShardStatus.DONE, seconds=F("seconds") + (time.perf_counter() - started), error=""
+    )
+
+
+class Decider:
+    """Scores items and writes their decisions: tier 1, the cascade tier, the audit pick, the people
+    queue, dead letters. One per shard (the calibration and blocked classes are read once)."""
+
+    def __init__(self, run: AutolabelRun, ctx: Context) -> None:
+        calibration = Calibration.objects.get(id=run.calibration_id)
+        self.run, self.ctx, self.calibration = run, ctx, calibration
+        self.calibrator = cal.Calibrator.from_json(calibration.calibrator)
+        self.names = [label.name for label in ctx.spec.labels]
+        self.label_ids = list(loop_sel.label_index(project=run.project))
+        blocked = set((calibration.blocked or {}).keys())
+        self.limits = {
+            tier: [None if r["label"] in blocked else r["threshold"] for r in rules]
+            for tier, rules in (calibration.thresholds or {}).items()
+        }
+
+    def decide(self, item_ids: list[int], *, retry: bool = False) -> None:
+        """Decide a chunk. ``retry``: dead letters tried again (over-context items scored on their cut
+        text; progress already counted them)."""
+        texts = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text"))
+        ids = [i for i in item_ids if i in texts]
+        try:
+            scores = _score(self.ctx.engine, self.ctx.renderer, [texts[i] for i in ids], self.ctx.refs, len(ids))
+        except Exception as exc:
+            if len(ids) > 1:
+                for i in ids:  # one bad item must not take its chunk with it
+                    self.decide([i], retry=retry)
+                return
+            with transaction.atomic():
+                detail = f"{type(exc).__name__}: {exc}"
+                dead_letter_add(run=self.run, item_ids=ids, reason=DeadLetter.Reason.FAILED, detail=detail)
+                if not retry:
+                    AutolabelRun.objects.filter(id=self.run.id).update(items_done=F("items_done") + len(ids))
+            return
+        mass = scores.mass.mean(axis=0)
+        low = mass < self.ctx.config.selection.mass_threshold
+        long = np.zeros_like(scores.truncated) if retry else scores.truncated
+        keep = np.flatnonzero(~low & ~long)
+        with transaction.atomic():  # a chunk's decisions, dead letters and progress commit together
+            self._dead(ids, long, DeadLetter.Reason.OVER_CONTEXT, "longer than the context; a retry scores it cut")
+            self._dead(ids, low & ~long, DeadLetter.Reason.LOW_MASS, "label mass {:.3f} under the threshold", mass)
+            if len(keep):
+                self._write([ids[i] for i in keep], scores.p[:, keep], [texts[ids[i]] for i in keep])
+            self._account(scores, 0 if retry else len(ids))
+
+    def _dead(self, ids: list[int], mask: np.ndarray, reason: str, detail: str, values: Any = None) -> None:
+        for i in np.flatnonzero(mask):
+            text = detail.format(float(values[i])) if values is not None else detail
+            dead_letter_add(run=self.run, item_ids=[ids[i]], reason=reason, detail=text)
+
+    def _account(self, scores: Scores, n: int) -> None:
+        AutolabelRun.objects.filter(id=self.run.id).update(
+            items_done=F("items_done") + n,
+            seconds=F("seconds") + scores.seconds,
+            tokens=F("tokens") + scores.tokens,
+            computed_tokens=F("computed_tokens") + scores.computed_tokens,
+        )
+
+    def _write(self, ids: list[int], p: np.ndarray, texts: list[str]) -> None:
+        p_mean = p.mean(axis=0)
+        q = self.calibrator.apply(p_mean)
+        pred, conf = q.argmax(axis=1), q.max(axis=1)
+        tier = np.array(["model"] * len(ids), dtype=object)
+        accepted = cal.accept(pred, conf, self.limits.get("model", [None] * len(self.names)))
+        escalate = np.flatnonzero(~accepted)
+        cascade = self.calibration.cascade
+        if cascade != "none" and len(escalate):
+            pred2, conf2 = self._tier2(cascade, p[:, escalate], [texts[i] for i in escalate])
+            ok2 = cal.accept(pred2, conf2, self.limits.get(cascade, [None] * len(self.names)))
+            tier[escalate] = cascade
+            pred[escalate[ok2]], conf[escalate[ok2]] = pred2[ok2], conf2[ok2]
+            accepted[escalate[ok2]] = True
+        audited = accepted & cal.audit_pick(np.array(ids), share=self.run.audit_share, seed=self.run.seed)
+        rows = [
+            AutoLabel(
+                item_id=item_id,
+                prompt_hash=self.run.prompt_hash,
+                adapter_set_hash=self.run.adapter_set_hash,
+                run=self.run,
+                label_id=self.label_ids[int(pred[n])],
+                confidence=round(float(conf[n]), 6),
+                probs=[round(float(x), 6) for x in q[n]],
+                tier=str(tier[n]),
+                decision=AutoLabel.Decision.ACCEPTED if accepted[n] else AutoLabel.Decision.ESCALATED,
+                audit=AutoLabel.Audit.PENDING if audited[n] else AutoLabel.Audit.NONE,
+            )
+            for n, item_id in enumerate(ids)
+        ]
+        with transaction.atomic():
+            AutoLabel.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["item", "prompt_hash", "adapter_set_hash"],
+                update_fields=["run", "label", "confidence", "probs", "tier", "decision", "audit"],
+            )
+            project = self.run.project
+            queue_for_people(
+                project=project, item_ids=[ids[i] for i in np.flatnonzero(~accepted)], source=BatchItem.Source.CASCADE
+            )
+            queue_for_people(
+                project=project, item_ids=[ids[i] for i in np.flatnonzero(audited)], source=BatchItem.Source.AUDIT
+            )
+
+    def _tier2(self, cascade: str, p: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if cascade == "agreement":
+            return cal.agreement_tier(p, self.calibrator)
+        if cascade == "permuted":
+            perms = cal.code_permutations(len(self.names))
+            variants = _variant_scores(self.ctx, texts, perms)
+            return cal.permuted_tier(np.concatenate([p.mean(axis=0)[None], variants]), self.calibrator)
+        second = _second_model_scores(self.ctx, self.calibration.second_model_dir, texts)
+        return cal.model_tier(second, cal.Calibrator.from_json(self.calibration.tier_calibrators["second_model"]))
+
+
+# -- dead letters -----------------------------------------------------------------------------------
+
+
+def dead_letter_add(*, run: AutolabelRun, item_ids: Sequence[int], reason: str, detail: str) -> int:
+    """One row per (run, item); a repeat bumps attempts and reopens it."""
+    for item_id in item_ids:
+        updated = DeadLetter.objects.filter(run=run, item_id=item_id).update(
+            reason=reason, detail=detail[:MAX_REASON], attempts=F("attempts") + 1, resolved=False
+        )
+        if not updated:
+            DeadLetter.objects.get_or_create(
+                run=run, item_id=item_id, defaults={"reason": reason, "detail": detail[:MAX_REASON]}
+            )
+    return len(item_ids)
+
+
+def dead_letter_retry(*, project: Project, ids: Sequence[int] | None = None) -> int:
+    """Queue the project's open dead letters (all, or the given ids) for another try; over-context
+    items are scored on their truncated text this time."""
+    rows = DeadLetter.objects.filter(run__project=project, resolved=False)
+    if ids is not None:
+        rows = rows.filter(id__in=list(ids))
+    picked = list(rows.values_list("id", flat=True))
+    if picked:
+        _dispatch("retry", picked)
+    return len(picked)
+
+
+def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
+    """Task body: rescore the dead letters' items with their run's calibration. A letter is resolved
+    once its item has a decision; one that fails again stays open with attempts + 1."""
+    rows = list(DeadLetter.objects.filter(id__in=list(dead_letter_ids), resolved=False).select_related("run"))
+    decided = 0
+    for run_id in sorted({r.run_id for r in rows}):
+        run = AutolabelRun.objects.select_related("project", "calibration").get(id=run_id)
+        mine = [r for r in rows if r.run_id == run_id]
+        if not run.prompt_hash:
+            continue
+        decider = Decider(run, _context(run.project))
+        for letter in mine:
+            decider.decide([letter.item_id], retry=True)
+        done_ids = set(
+            AutoLabel.objects.filter(
+                item_id__in=[r.item_id for r in mine],
+                prompt_hash=run.prompt_hash,
+                adapter_set_hash=run.adapter_set_hash,
+            ).values_list("item_id", flat=True)
+        )
+        decided += DeadLetter.objects.filter(run=run, item_id__in=done_ids).update(resolved=True)
+    return decided
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+
+def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
+    """Settle audited rows whose item now has a human final label (passed / failed) and block every
+    class whose audited precision is, beyond its interval, under the target (the alarm). A blocked
+    class is never auto-accepted again on this calibration; later items of it go to people."""
+    pending = AutoLabel.objects.filter(
+        run__calibration=calibration, audit=AutoLabel.Audit.PENDING, item__final_label__isnull=False
+    )
+    pending.filter(label_id=F("item__final_label_id")).update(audit=AutoLabel.Audit.PASSED)
+    pending.filter(~Q(label_id=F("item__final_label_id"))).update(audit=AutoLabel.Audit.FAILED)
+    statuses = auto_sel.audit_statuses(calibration=calibration)
+    alarms = {
+        s.label: f"audit: {s.correct}/{s.audited} right, 95% CI {s.ci_low:.2f}–{s.ci_high:.2f} under "
+        f"the {calibration.target:.0%} target"
+        for s in statuses
+        if s.alarm
+    }
+    with transaction.atomic():
+        row = Calibration.objects.select_for_update().get(id=calibration.id)
+        blocked = dict(row.blocked or {})
+        if set(alarms) - set(blocked):
+            blocked.update({k: v for k, v in alarms.items() if k not in blocked})
+            Calibration.objects.filter(id=row.id).update(blocked=blocked)
+    calibration.blocked = blocked
+    return statuses
+
+
+# -- resume -----------------------------------------------------------------------------------------
+
+
+def autolabel_resume_all() -> int:
+    """Worker start: pending calibrations and runs are (re)started, a running run's queued shards and
+    those whose worker died are enqueued again (duplicates are harmless: the claim lets one in)."""
+    from annotate.services.workers import worker_alive
+
+    sent = 0
+    for cal_id in Calibration.objects.filter(status=Calibration.Status.PENDING).values_list("id", flat=True):
+        _dispatch("calibrate", cal_id)
+        sent += 1
+    for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
+        if run.status == RunStatus.PENDING:
+            _dispatch("plan", run.id)
+            sent += 1
+            continue
+        for shard in AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING]):
+            if shard.status == ShardStatus.RUNNING and worker_alive(shard.worker):
+                continue
+            _dispatch("shard", run.id, shard.shard)
+            sent += 1
+        sent += _feed(run)
+    return sent

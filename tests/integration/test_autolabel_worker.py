@@ -1,0 +1,76 @@
+"""The bulk job on real Celery workers and real Redis: calibration and a run through the gpu queue,
+a worker SIGKILLed mid-run whose shard another worker reclaims — the rows come out identical to a
+clean in-process scoring of the same items — and a re-run that finds nothing to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from annotate.models import AutoLabel, AutolabelRun, AutolabelShard, Calibration
+from annotate.selectors import autolabel as auto_sel
+from annotate.services import autolabel as auto
+from tests.integration.round_helpers import live_loop, trec_project, wait_for, wait_workers
+
+pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
+
+
+def expected_rows(project: Any, item_ids: list[int]) -> dict[int, tuple[int, float]]:
+    """(label id, calibrated confidence) of each item, scored in this process from scratch."""
+    from training import calibrate as cal
+
+    ctx = auto._context(project)
+    calibration = Calibration.objects.filter(project=project, status="done").latest("id")
+    texts = dict(project.items.filter(id__in=item_ids).values_list("id", "text"))
+    scores = auto._score(ctx.engine, ctx.renderer, [texts[i] for i in item_ids], ctx.refs, 64)
+    pred, conf = cal.model_tier(scores.p.mean(axis=0), cal.Calibrator.from_json(calibration.calibrator))
+    labels = list(auto.loop_sel.label_index(project=project))
+    return {i: (labels[int(pred[n])], float(conf[n])) for n, i in enumerate(item_ids)}
+
+
+def test_a_killed_worker_resumes_to_identical_rows_and_a_rerun_is_a_no_op(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any
+) -> None:
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
+        project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, pool=136)
+        workers.start("a")
+        wait_workers(["a"], timeout=120)
+        calibration = auto.calibration_request(project=project, cascade="agreement")
+        wait_for(lambda: Calibration.objects.get(id=calibration.id).status == "done", 240, "the calibration")
+
+        run = auto.run_request(project=project, max_shards_in_flight=1, chunk_size=4, shard_items=20)
+
+        def items_done() -> int:
+            return int(AutolabelRun.objects.values_list("items_done", flat=True).get(id=run.id))
+
+        wait_for(lambda: items_done() >= 24, 240, "the run to be past its first shard")
+        workers.kill("a")
+        frozen = AutolabelRun.objects.get(id=run.id)
+        assert frozen.status == "running" and frozen.items_done < frozen.n_items == 120
+        assert AutolabelShard.objects.filter(run=run, status="done").count() < frozen.n_shards
+
+        workers.start("b")  # its start re-enqueues the running run's shards; the dead worker's is reclaimed
+        wait_for(lambda: AutolabelRun.objects.get(id=run.id).status == "done", 300, "the run to finish")
+        finished = AutolabelRun.objects.get(id=run.id)
+        assert finished.items_done == finished.n_items == 120  # chunks commit with their count: none twice
+        shards = list(AutolabelShard.objects.filter(run=run))
+        assert {s.status for s in shards} == {"done"} and max(s.attempts for s in shards) <= 2
+
+        rows = {r.item_id: r for r in AutoLabel.objects.filter(run=run)}
+        assert len(rows) == 120 == AutoLabel.objects.count()  # one row per item: no duplicates
+        expected = expected_rows(project, sorted(rows))
+        for item_id, (label_id, confidence) in expected.items():
+            assert rows[item_id].label_id == label_id
+            assert rows[item_id].confidence == pytest.approx(confidence, abs=1e-4)
+        assert {r.decision for r in rows.values()} == {"escalated"}  # 16 eval items: no class auto-accepted
+        tiers = auto_sel.tier_counts(run=finished)
+        assert tiers[0]["tried"] == 120 and tiers[1]["tier"] == "agreement"
+
+        again = auto.run_request(project=project)
+        wait_for(lambda: AutolabelRun.objects.get(id=again.id).status == "done", 120, "the re-run")
+        assert AutolabelRun.objects.get(id=again.id).n_items == 0
+        assert AutoLabel.objects.count() == 120
+        assert np.isfinite([r.confidence for r in rows.values()]).all()
