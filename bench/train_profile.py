@@ -25,9 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def steps_per_second(
-    args: argparse.Namespace, renderer: Any, texts: list[str], labels: list[int], **train: Any
-) -> Any:
+def steps_per_second(args: argparse.Namespace, renderer: Any, texts: list[str], labels: list[int], **train: Any) -> Any:
     import torch
 
     from training.lora import TrainConfig, _render, _Run

@@ -37,6 +37,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from annotate import testhooks
 from annotate.models import ImportJob, Item, Label, Project
 from scoring.cache import text_hash
 
@@ -413,6 +414,7 @@ def _insert(path: Path, *, project: Project, job: ImportJob | None, filename: st
                 _write_chunk(cursor, sql, chunk)
                 created += len(chunk)
                 chunk = []
+                testhooks.stall("import", filename)
         if chunk:
             _write_chunk(cursor, sql, chunk)
     return created + len(chunk)

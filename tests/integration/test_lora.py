@@ -232,7 +232,7 @@ def test_shared_prefix_step_equals_full_prompts(model_dir: Path, renderer: Promp
             logits = _last_logits(model, prompts, "cpu")
         torch.nn.functional.cross_entropy(logits, torch.tensor([5, 7, 9])).backward()
         outputs.append(logits.detach().clone())
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None})
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
     for name in grads[0]:
