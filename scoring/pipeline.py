@@ -105,8 +105,8 @@ def _score_cached(
     cache: ScoreCache | None,
     progress: Callable[[int], None] | None,
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """p, mass for every text under one adapter set: cache hits read, misses scored chunk by chunk
-    and each chunk cached at once. Returns (p, mass, tokens, items scored)."""
+    """p, mass for every text under one adapter set: cache hits read, the other chunks scored and
+    each cached at once. Returns (p, mass, tokens, items scored)."""
     from scoring.engines import adapter_set_hash
 
     set_hash = adapter_set_hash(adapters)
@@ -118,18 +118,22 @@ def _score_cached(
         hit, cached_p, cached_mass = cache.get(list(hashes), renderer.prompt_hash, set_hash)
         if hit.any():
             p[:, hit], mass[:, hit] = cached_p[:, hit], cached_mass[:, hit]
-    misses = np.flatnonzero(~hit)
-    tokens = 0
-    for start in range(0, len(misses), SCORE_CHUNK):
-        rows = misses[start : start + SCORE_CHUNK]
-        result = engine.score(renderer, [texts[i] for i in rows], adapters)
+    # Fixed chunks of the input, each scored whole unless all of it is cached: a run resumed after a
+    # kill scores exactly the batches an uninterrupted run scores (CPU kernels round differently for
+    # another batch shape, by ~1e-11, and a repeated text is cached under one position only).
+    tokens = scored = 0
+    for start in range(0, n, SCORE_CHUNK):
+        rows = np.arange(start, min(n, start + SCORE_CHUNK))
+        if hit[rows].all():
+            continue
+        result = engine.score(renderer, list(texts[start : start + SCORE_CHUNK]), adapters)
         p[:, rows], mass[:, rows] = result.p, result.mass
-        tokens += int(result.tokens)
+        tokens, scored = tokens + int(result.tokens), scored + len(rows)
         if cache is not None:
-            cache.put([hashes[i] for i in rows], renderer.prompt_hash, set_hash, result.p, result.mass)
+            cache.put(list(hashes[start : start + SCORE_CHUNK]), renderer.prompt_hash, set_hash, result.p, result.mass)
         if progress is not None:
             progress(len(rows))
-    return p, mass, tokens, len(misses)
+    return p, mass, tokens, scored
 
 
 def score_items(

@@ -14,6 +14,7 @@ import numpy as np
 from django.db import transaction
 from django.db.models import Sum
 
+from annotate import testhooks
 from annotate.loopconfig import loop_config
 from annotate.models import AdapterVersion, Annotation, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -176,6 +177,7 @@ def _evaluate(row: Round) -> None:
         metrics["reliability_svg"] = curves.reliability_svg(
             metrics["prod"]["reliability"], title=f"Round {row.number} reliability"
         )
+    testhooks.stall("evaluate", row.number)
     add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_kind())
     with transaction.atomic():
         round_transition(row.id, S.EVALUATING, S.DONE, metrics=_clean(metrics), cost=_cost(row, metrics, labels_used))

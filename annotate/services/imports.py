@@ -38,6 +38,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from annotate import testhooks
 from annotate.models import ImportJob, Item, Label, Project
 from scoring.cache import text_hash
 
@@ -461,6 +462,7 @@ def _insert(path: Path, *, project: Project, job: ImportJob | None, filename: st
                 _write_chunk(cursor, sql, chunk)
                 created += len(chunk)
                 chunk = []
+                testhooks.stall("import", filename)
         if chunk:
             _write_chunk(cursor, sql, chunk)
     return created + len(chunk)
@@ -527,11 +529,12 @@ def _import_slot(project: Project, filename: str) -> Iterator[None]:
 
 def _sqlite_lock_path(project: Project) -> Path:
     """Beside the database file (every process that opens it sees the same lock); an in-memory
-    database (tests) lives in one process: a temp file keyed by its name does."""
+    database (tests) lives in one process, and every process's has the same name: a temp file keyed
+    by the process and the name."""
     name = str(connection.settings_dict["NAME"])
     database = Path(name)
     if "memory" in name or not database.parent.is_dir():
-        key = hashlib.sha256(name.encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{os.getpid()}:{name}".encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"alann-import-{key}-p{project.id}.lock"
     return database.parent / f".{database.name}.import-p{project.id}.lock"
 

@@ -17,6 +17,7 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
+from annotate import testhooks
 from annotate.loopconfig import loop_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -42,6 +43,7 @@ def _select(row: Round) -> None:
         return
     started = time.perf_counter()
     chosen = choose_batch(round=row)
+    testhooks.stall("select", row.number)
     if not chosen:
         round_fail(round_id=row.id, reason="no eligible pool items left to select")
         return

@@ -1,0 +1,32 @@
+"""Crash-test hooks: named points where a worker can be made to stop, so that a test SIGKILLs it
+exactly there (tests/integration/test_kill_every_step.py). Off unless the environment asks:
+
+    ALANN_TEST_STALL=select,score,evaluate,import   the points that stall
+    ALANN_TEST_STALL_DIR=/tmp/...                   where the markers go
+    ALANN_TEST_STALL_S=120                          how long a stalled process sleeps
+
+The first process to reach a listed point with a given key creates ``<dir>/<point>-<key>``
+(atomically: one process wins) and sleeps; the marker stays, so the run that resumes after the kill
+passes the point. Without ALANN_TEST_STALL (production) a call is one environment lookup.
+
+Points: ``import`` (an import's insert, after its first chunk, inside the transaction), ``score`` (a
+shard, after its first scored chunk was cached and counted), ``select`` (a batch chosen, not yet
+written), ``evaluate`` (the test set scored, metrics not yet written)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def stall(point: str, key: object = "") -> None:
+    points = os.environ.get("ALANN_TEST_STALL")
+    if not points or point not in points.split(","):
+        return
+    marker = Path(os.environ["ALANN_TEST_STALL_DIR"]) / f"{point}-{key}"
+    try:
+        marker.touch(exist_ok=False)
+    except FileExistsError:
+        return
+    time.sleep(float(os.environ.get("ALANN_TEST_STALL_S", "120")))
