@@ -12,7 +12,10 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
-MAX_LABELS = 128
+# 256: CLINC150's 151 intents must fit. The vLLM engine reads at most VLLM_MAX_LABELS label logprobs
+# per request (its logprob_token_ids limit) and refuses larger label sets with a clear error.
+MAX_LABELS = 256
+VLLM_MAX_LABELS = 128
 
 
 class LabelCodeError(ValueError):

@@ -147,6 +147,13 @@ class VLLMEngine:
         self.last_timings: dict[str, float] = {}
 
     def _sampling_params(self, label_ids: Sequence[int]) -> Any:
+        from scoring.labels import VLLM_MAX_LABELS
+
+        if len(label_ids) > VLLM_MAX_LABELS:
+            raise ValueError(
+                f"{len(label_ids)} labels: vLLM returns at most {VLLM_MAX_LABELS} label logprobs per request;"
+                " score this project with the hf engine"
+            )
         from vllm import SamplingParams
 
         return SamplingParams(

@@ -228,3 +228,13 @@ def test_prefix_cache_counts_reads_vllm_metrics() -> None:
         FakeMetric("vllm:num_requests_running", 3.0),
     ]
     assert prefix_cache_counts(metrics) == (1000.0, 880.0)
+
+
+def test_vllm_refuses_more_labels_than_it_reports() -> None:
+    """vLLM returns at most 128 requested logprobs: a larger label set is a clear error before any
+    request is built (the hf engine takes up to MAX_LABELS)."""
+    from scoring.engines.vllm import VLLMEngine
+
+    engine = VLLMEngine.__new__(VLLMEngine)  # no engine start: the check needs none
+    with pytest.raises(ValueError, match="151 labels: vLLM returns at most 128"):
+        engine._sampling_params(list(range(151)))

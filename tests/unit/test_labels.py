@@ -45,12 +45,12 @@ def test_codes_colliding_only_after_a_leading_space_are_rejected(tokenizer: Any)
         label_token_ids(tokenizer, ["A", " A"], ["one", "two"])
 
 
-def test_suggest_codes_covers_128_labels(tokenizer: Any) -> None:
+def test_suggest_codes_covers_the_largest_label_set(tokenizer: Any) -> None:
     names = [f"label number {i}" for i in range(MAX_LABELS)]
     codes = suggest_codes(tokenizer, names)
     assert len(set(codes)) == MAX_LABELS
     assert len(set(label_token_ids(tokenizer, codes, names))) == MAX_LABELS
-    with pytest.raises(LabelCodeError, match="between 1 and 128"):
+    with pytest.raises(LabelCodeError, match=f"between 1 and {MAX_LABELS}"):
         label_token_ids(tokenizer, codes + ["zz"], names + ["extra"])
 
 
