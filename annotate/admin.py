@@ -99,6 +99,13 @@ class ScoreShardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status",)
 
 
+@admin.register(models.WorkClaim)
+class WorkClaimAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("round", "kind", "key", "status", "attempts", "worker", "heartbeat_at")
+    search_fields = ("worker", "key", "error")
+    list_filter = ("kind", "status")
+
+
 @admin.register(models.Prediction)
 class PredictionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("item", "label", "mass", "uncertainty", "round", "created_at")
