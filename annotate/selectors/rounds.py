@@ -26,19 +26,16 @@ def _count(qs: QuerySet) -> Coalesce:  # type: ignore[type-arg]
 
 
 def rounds_with_progress(*, project: Project) -> list[Round]:
-    """Newest first, each with batch_size, labels_collected (subqueries: no join fan-out) and
-    metric_rows (see metric_summary)."""
+    """Newest first, each with batch_size and labels_collected (subqueries: no join fan-out); the
+    ML page words each round with annotate.selectors.round_display."""
     batch = BatchItem.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
     labels = Annotation.objects.filter(round=OuterRef("pk")).order_by().values("round").annotate(n=Count("id"))
-    rounds: list[Round] = list(
+    return list(
         Round.objects.filter(project=project)
         .select_related("requested_by")
         .annotate(batch_size=_count(batch), labels_collected=_count(labels))
         .order_by("-number")
     )
-    for r in rounds:
-        r.metric_rows = metric_summary(r.metrics)  # type: ignore[attr-defined]
-    return rounds
 
 
 def any_round_active(*, project: Project) -> bool:
@@ -58,25 +55,6 @@ def learning_curve_data_uri(*, project: Project) -> str | None:
         if svg:
             return "data:image/svg+xml;base64," + base64.b64encode(str(svg).encode()).decode("ascii")
     return None
-
-
-def metric_summary(metrics: object, *, limit: int = 8) -> list[tuple[str, float]]:
-    """Numeric leaves of a round's metrics, two levels deep ("active.accuracy"), for the round table."""
-    out: list[tuple[str, float]] = []
-    if not isinstance(metrics, dict):
-        return out
-    for key, value in metrics.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            out.append((str(key), float(value)))
-        elif isinstance(value, dict):
-            out.extend(
-                (f"{key}.{sub}", float(v))
-                for sub, v in value.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            )
-    return out[:limit]
 
 
 def latest_evaluation(*, project: Project) -> dict[str, object] | None:

@@ -216,6 +216,7 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     ml.locator("#learning-curve img").wait_for()
     assert ml.evaluate("window.__no_reload === true")  # the curve came in by the live refresh
     assert "Test accuracy" in ml.locator("#round-1").inner_text()
+    assert not ml.locator("#round-message").inner_text().strip()  # the refusal no longer holds: gone
     shot(ml, "ml-curve-updated")
     retrain_pressed = live.call("tests.e2e.test_team_flow:round_state", project=project_id)
     assert retrain_pressed == {"status": "done", "retrain_requested": False}
