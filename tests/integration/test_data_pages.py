@@ -84,7 +84,7 @@ def test_lead_opens_the_export_page_and_gets_a_training_csv(data: dict[str, Any]
         "0.5",
     )
     assert first["meta.lang"] == "en" and first["split"] == "train"
-    assert "meta.src" in first  # metadata columns; formula-like values are the CSV writer's business
+    assert first["meta.src"] == "'=1+2"  # the export's CSV rule (exports.render) defuses formula cells here too
 
 
 def test_export_columns_and_filters(data: dict[str, Any]) -> None:
@@ -154,3 +154,15 @@ def test_team_page_adds_users_and_changes_roles(data: dict[str, Any]) -> None:
     lead.post(reverse("team_roles", args=[mia.pk]), {"roles": ["lead"]})
     assert sorted(mia.groups.values_list("name", flat=True)) == ["lead", "ml"]  # a lead cannot take ml away
     assert _client(data["alice"]).get(url).status_code == 403
+
+
+def test_export_command_writes_the_training_dataset(data: dict[str, Any], tmp_path: Any) -> None:
+    from django.core.management import call_command
+
+    out = tmp_path / "train.csv"
+    call_command("export", "news", "dataset", "--format", "csv", "-o", str(out))
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert [(r["id"], r["text"], r["label"]) for r in rows] == [
+        ("n0", "The striker scored twice 😀", "sports"),
+        ("n1", "Parliament passed the budget", "politics"),
+    ]

@@ -1,4 +1,6 @@
-"""Export labels or predictions of a project as CSV or JSONL (to a file or stdout)."""
+"""Export a project as CSV or JSONL (to a file or stdout): ``dataset`` (what a training script reads:
+id, text, final label, split, source, round, annotators, agreement, meta.* — items with a final label),
+``labels`` (the audit of every label) or ``predictions``."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.selectors.projects import project_by_ref
 from annotate.services.exports import export_labels, export_predictions
+from annotate.services.exports_dataset import export_dataset
 
 
 class Command(BaseCommand):
-    help = "Export labels or predictions: manage.py export PROJECT labels|predictions --format csv|jsonl [-o FILE]"
+    help = "Export: manage.py export PROJECT dataset|labels|predictions --format csv|jsonl [-o FILE]"
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("project")
-        parser.add_argument("what", choices=["labels", "predictions"])
+        parser.add_argument("what", choices=["dataset", "labels", "predictions"])
         parser.add_argument("--format", choices=["csv", "jsonl"], default="csv")
         parser.add_argument("-o", "--output", default="-")
 
@@ -25,7 +28,7 @@ class Command(BaseCommand):
         project = project_by_ref(key)
         if project is None:
             raise CommandError(f"no project {key!r} (give its id or name)")
-        export = export_labels if opts["what"] == "labels" else export_predictions
+        export = {"dataset": export_dataset, "labels": export_labels, "predictions": export_predictions}[opts["what"]]
         out = sys.stdout if opts["output"] == "-" else open(opts["output"], "w", encoding="utf-8", newline="")  # noqa: SIM115
         try:
             for chunk in export(project=project, fmt=opts["format"]):
