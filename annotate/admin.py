@@ -113,14 +113,6 @@ class PredictionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     raw_id_fields = ("item", "round")
 
 
-@admin.register(models.WorkClaim)
-class WorkClaimAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("round", "kind", "key", "status", "worker", "attempts")
-    list_filter = ("kind", "status")
-    search_fields = ("worker", "key")
-    raw_id_fields = ("round",)
-
-
 @admin.register(models.ProjectMembership)
 class ProjectMembershipAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("project", "user", "role", "added_by", "created_at")
