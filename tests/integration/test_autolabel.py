@@ -1,6 +1,7 @@
 """Auto-labelling services against the real database and the real hf engine (tiny llama, CPU), run
 inline (no broker): calibration, refusal without evidence, the bulk job and its re-run, template
-drift, dead letters and their retry, the audit alarm, the gold set, export with provenance."""
+drift, dead letters and their retry, the audit alarm, the gold set, export with provenance. Also run on
+PostgreSQL by `make test` (the audit settles with UPDATEs filtered through a join; budgets read JSON keys)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, trec_project
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data, pytest.mark.postgres]
 
 
 @pytest.fixture(autouse=True)
