@@ -210,3 +210,18 @@ def test_export_carries_provenance(shared_data: Path, tiny_llama_dir: Path, tmp_
             f.write(part)
     table = pq.read_table(path)
     assert table.num_rows == 60 and "source" in table.column_names
+
+
+@pytest.mark.parametrize("cascade", ["permuted", "second_model"])
+def test_each_cascade_tier_is_calibrated_and_tried(
+    cascade: str, shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    second = str(tiny_llama_dir) if cascade == "second_model" else ""
+    row = calibrated(project, cascade=cascade, second_model_dir=second)
+    assert set(row.thresholds) == {"model", cascade} and len(row.thresholds[cascade]) == 6
+    assert ("second_model" in row.tier_calibrators) == (cascade == "second_model")
+    done = run(project)
+    tiers = {t["tier"]: t for t in auto_sel.run_progress(run=done).tiers}
+    assert tiers["model"]["tried"] == 44 and tiers[cascade]["tried"] == tiers["model"]["escalated"] == 44
+    assert set(AutoLabel.objects.filter(run=done).values_list("tier", flat=True)) == {cascade}
