@@ -107,8 +107,10 @@ def one(name: str, root: str, args: argparse.Namespace, defaults: tuple[str, str
             test_y[: args.limit],
         )
     names = sorted(set(read_split(Path(args.data_dir) / name / "train.csv")[1]))
-    if len(names) > 128:
-        return {"data": name, "skipped": f"{len(names)} labels (the label-code limit is 128)"}
+    from scoring.labels import MAX_LABELS
+
+    if len(names) > MAX_LABELS:
+        return {"data": name, "skipped": f"{len(names)} labels (the label-code limit is {MAX_LABELS})"}
     codes = suggest_codes(AutoTokenizer.from_pretrained(args.model), names)
     instructions, template = defaults
     spec = PromptSpec(instructions, tuple(LabelSpec(n, "", c) for n, c in zip(names, codes, strict=True)), (), template)

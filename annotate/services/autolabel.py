@@ -600,17 +600,11 @@ def _maybe_finish(run_id: int) -> bool:
 
 
 def _claim(run_id: int, shard: int, me: str) -> bool:
-    from annotate.services.workers import worker_alive
+    """One live worker per shard: the round flow's claim (conditional UPDATEs, a dead holder's shard
+    taken over, attempts counted) on this table of the same shape."""
+    from annotate.services import claims
 
-    rows = AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING)
-    if rows.filter(status__in=[ShardStatus.PENDING, ShardStatus.QUEUED]).update(
-        status=ShardStatus.RUNNING, worker=me, attempts=F("attempts") + 1
-    ):
-        return True
-    current = rows.filter(status=ShardStatus.RUNNING).values_list("worker", flat=True).first()
-    if current is None or worker_alive(current):
-        return False
-    return bool(rows.filter(status=ShardStatus.RUNNING, worker=current).update(worker=me, attempts=F("attempts") + 1))
+    return claims.claim(AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING), me=me)
 
 
 def shard_run(*, run_id: int, shard: int) -> AutolabelShard:

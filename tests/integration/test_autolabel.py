@@ -1,6 +1,7 @@
 """Auto-labelling services against the real database and the real hf engine (tiny llama, CPU), run
 inline (no broker): calibration, refusal without evidence, the bulk job and its re-run, template
-drift, dead letters and their retry, the audit alarm, the gold set, export with provenance."""
+drift, dead letters and their retry, the audit alarm, the gold set, export with provenance. Also run on
+PostgreSQL by `make test` (the audit settles with UPDATEs filtered through a join; budgets read JSON keys)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, trec_project
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data, pytest.mark.postgres]
 
 
 @pytest.fixture(autouse=True)
@@ -209,3 +210,18 @@ def test_export_carries_provenance(shared_data: Path, tiny_llama_dir: Path, tmp_
             f.write(part)
     table = pq.read_table(path)
     assert table.num_rows == 60 and "source" in table.column_names
+
+
+@pytest.mark.parametrize("cascade", ["permuted", "second_model"])
+def test_each_cascade_tier_is_calibrated_and_tried(
+    cascade: str, shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    second = str(tiny_llama_dir) if cascade == "second_model" else ""
+    row = calibrated(project, cascade=cascade, second_model_dir=second)
+    assert set(row.thresholds) == {"model", cascade} and len(row.thresholds[cascade]) == 6
+    assert ("second_model" in row.tier_calibrators) == (cascade == "second_model")
+    done = run(project)
+    tiers = {t["tier"]: t for t in auto_sel.run_progress(run=done).tiers}
+    assert tiers["model"]["tried"] == 44 and tiers[cascade]["tried"] == tiers["model"]["escalated"] == 44
+    assert set(AutoLabel.objects.filter(run=done).values_list("tier", flat=True)) == {cascade}
