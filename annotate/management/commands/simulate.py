@@ -14,7 +14,6 @@ broker is used: every round step runs synchronously in the job's process.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -29,7 +28,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotate.services import simulation as sim
+from annotate.simulation import harness as sim
+from annotate.simulation import report
 
 
 class Command(BaseCommand):
@@ -212,7 +212,6 @@ class Command(BaseCommand):
             return subprocess.Popen(cmd, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def _report(self, spec: sim.SimSpec, baselines: str, plots_dir: str) -> None:
-        report = load_report_module()
         text = report.write_report(
             spec.records_path,
             out_dir=spec.out_dir,
@@ -239,14 +238,3 @@ def _commit() -> str:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def load_report_module() -> Any:
-    """bench/sim_report.py (plain Python, also run on its own without Django)."""
-    path = Path(settings.BASE_DIR) / "bench" / "sim_report.py"
-    spec = importlib.util.spec_from_file_location("sim_report", path)
-    if spec is None or spec.loader is None:
-        raise CommandError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

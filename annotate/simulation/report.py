@@ -1,0 +1,410 @@
+"""Learning curves of the simulation harness: the markdown table and the plot from records.jsonl.
+
+    python bench/sim_report.py var/sim/trec var/sim/sst2            # folders holding records.jsonl (this module's CLI)
+    python bench/sim_report.py OUT --baselines ../shared/design/BASELINES.md --plots-dir bench/plots
+
+Plain Python (numpy, matplotlib; no Django), so it runs on the records of a GPU run anywhere. One
+record per (data, strategy, seed, round) with ``labels`` and ``accuracy``; the ``full-data`` record
+(round 0) gives the ceiling. Per (data, strategy), over seeds (mean ± std, test accuracy in %):
+
+- acc@100/200/500/1000: linear interpolation on each seed's curve; "–" where the curve does not
+  reach that many labels;
+- area under the curve: the mean accuracy over the label range every strategy of the data set
+  covers (trapezoid rule, divided by the width of the range), so strategies compare on equal ground;
+- labels to 95 %: the first label count (interpolated) where the curve reaches 95 % of the full-data
+  accuracy; "> N" when no seed got there within N labels;
+- s/round: wall seconds of one round (all steps, the simulated labelling included).
+
+The baseline's rows (BASELINES.md: MiniLM + logistic regression, same data, same label counts) are
+printed next to ours. Its area under the curve spans its own range (20 to about 1,000 labels), so
+compare areas within one source only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+AT_LABELS = (100, 200, 500, 1000)  # the baseline's columns
+FULL_DATA = "full-data"
+TARGET_SHARE = 0.95
+DASH = "–"
+ROOT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_BASELINES = ROOT.parent / "shared" / "design" / "BASELINES.md"
+STEP_ORDER = ("planning", "scoring", "selecting", "labeling", "start_training", "training", "evaluating")
+
+Curve = tuple[np.ndarray, np.ndarray]  # labels (increasing), accuracy in %
+
+
+def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Records of every records.jsonl given (a folder means its records.jsonl). A torn last line (a
+    killed run) is skipped."""
+    out = []
+    for path in paths:
+        file = path / "records.jsonl" if path.is_dir() else path
+        if not file.is_file():
+            print(f"no records at {file}")
+            continue
+        for line in file.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def data_key(name: str) -> str:
+    """ "SST-2" and "sst2" name the same data set."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+# -- curves and their summaries -------------------------------------------------------------------
+
+
+def curves(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, Curve]]:
+    """{(data, strategy): {seed: (labels, accuracy %)}} of the round records, sorted by labels."""
+    points: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
+    for r in records:
+        if r.get("strategy") == FULL_DATA or r.get("accuracy") is None or r.get("labels") is None:
+            continue
+        per_seed = points.setdefault((r["data"], r["strategy"]), {})
+        per_seed.setdefault(int(r["seed"]), []).append((float(r["labels"]), 100.0 * float(r["accuracy"])))
+    out: dict[tuple[str, str], dict[int, Curve]] = {}
+    for key, per_seed in points.items():
+        out[key] = {}
+        for seed, xy in per_seed.items():
+            xy = sorted(dict(xy).items())  # one point per label count (a replayed round counts once)
+            out[key][seed] = (np.array([x for x, _ in xy]), np.array([y for _, y in xy]))
+    return out
+
+
+def full_data_accuracy(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean full-data accuracy (%) per data set."""
+    values: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("strategy") == FULL_DATA and r.get("accuracy") is not None:
+            values.setdefault(r["data"], []).append(100.0 * float(r["accuracy"]))
+    return {data: float(np.mean(v)) for data, v in values.items()}
+
+
+def at(curve: Curve, x: float) -> float | None:
+    """Accuracy at ``x`` labels, interpolated; None outside the curve's range."""
+    labels, acc = curve
+    if len(labels) == 0 or x < labels[0] or x > labels[-1]:
+        return None
+    return float(np.interp(x, labels, acc))
+
+
+def area(curve: Curve, lo: float, hi: float) -> float | None:
+    """Mean accuracy over [lo, hi] (trapezoid rule on the interpolated curve)."""
+    labels, acc = curve
+    if len(labels) == 0 or lo < labels[0] or hi > labels[-1]:
+        return None
+    if hi <= lo:
+        return float(np.interp(lo, labels, acc))
+    inside = (labels > lo) & (labels < hi)
+    xs = np.concatenate([[lo], labels[inside], [hi]])
+    ys = np.interp(xs, labels, acc)
+    return float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2) / (hi - lo))
+
+
+def labels_to_reach(curve: Curve, target: float) -> float | None:
+    """First label count (interpolated between rounds) where accuracy reaches ``target``."""
+    labels, acc = curve
+    for i in range(len(labels)):
+        if acc[i] >= target:
+            if i == 0:
+                return float(labels[0])
+            x0, x1, y0, y1 = labels[i - 1], labels[i], acc[i - 1], acc[i]
+            return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+    return None
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float, float, int] | None:
+    """(mean, std, n) of the values present; std over seeds (ddof 1; 0 for a single seed)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    std = float(np.std(present, ddof=1)) if len(present) > 1 else 0.0
+    return float(np.mean(present)), std, len(present)
+
+
+def fmt(stat: tuple[float, float, int] | None, total: int, digits: int = 1) -> str:
+    """ "mean±std", with "(n/N)" when only some seeds have a value; "–" when none does."""
+    if stat is None:
+        return DASH
+    mean, std, n = stat
+    text = f"{mean:.{digits}f}±{std:.{digits}f}"
+    return text if n == total else f"{text} ({n}/{total})"
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def summary_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """One row per (data, strategy): the table's cells, formatted."""
+    by_key = curves(records)
+    full = full_data_accuracy(records)
+    seconds = round_seconds(records)
+    rows = []
+    for data in sorted({d for d, _ in by_key}):
+        keys = [k for k in by_key if k[0] == data]
+        lo = max(min(c[0][0] for c in by_key[k].values()) for k in keys)
+        hi = min(max(c[0][-1] for c in by_key[k].values()) for k in keys)
+        for key in sorted(keys, key=lambda k: strategy_order(k[1])):
+            per_seed = list(by_key[key].values())
+            n = len(per_seed)
+            row = {"data": data, "strategy": key[1], "seeds": str(n)}
+            for x in AT_LABELS:
+                row[f"acc@{x}"] = fmt(mean_std([at(c, x) for c in per_seed]), n)
+            row["auc"] = fmt(mean_std([area(c, lo, hi) for c in per_seed]), n) + f" [{lo:.0f}–{hi:.0f}]"
+            row["full"] = f"{full[data]:.1f}" if data in full else DASH
+            row["to95"] = _to95(per_seed, full.get(data))
+            row["s/round"] = fmt(mean_std(seconds.get(key, [])), len(seconds.get(key, [])) or 1, 0)
+            rows.append(row)
+    return rows
+
+
+def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
+    if full is None:
+        return DASH
+    reached = [labels_to_reach(c, TARGET_SHARE * full) for c in per_seed]
+    stat = mean_std(reached)
+    if stat is None:
+        return f"> {max(c[0][-1] for c in per_seed):.0f}"
+    return fmt(stat, len(per_seed), 0)
+
+
+def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Per (data, strategy other than random): the paired comparison with random on the same seeds
+    (same seed set): Δ area under the curve (each seed's strategy minus its random, over the label
+    range both cover), mean ± std over seeds; wins = rounds (seed × label count present in both)
+    where the strategy's accuracy is higher; and the verdicts against the cheap baseline's margin
+    loop at 200 and 1,000 labels (our mean minus its mean)."""
+    by_key = curves(records)
+    rows = []
+    for data in sorted({d for d, _ in by_key}):
+        rand = by_key.get((data, "random"), {})
+        margin = next(
+            (r for r in baselines if data_key(r["data"]) == data_key(data) and r["strategy"].endswith("margin")), None
+        )
+        for key in sorted((k for k in by_key if k[0] == data and k[1] != "random"), key=lambda k: strategy_order(k[1])):
+            deltas, wins, total = [], 0, 0
+            for seed, curve in by_key[key].items():
+                if seed not in rand:
+                    continue
+                other = rand[seed]
+                lo, hi = max(curve[0][0], other[0][0]), min(curve[0][-1], other[0][-1])
+                a, b = area(curve, lo, hi), area(other, lo, hi)
+                if a is not None and b is not None:
+                    deltas.append(a - b)
+                common = sorted(set(curve[0].tolist()) & set(other[0].tolist()))
+                for x in common[1:]:  # the first point is the shared seed set: equal by design
+                    total += 1
+                    wins += int(at(curve, x) > at(other, x))  # type: ignore[operator]
+            row = {"data": data, "strategy": key[1], "seeds": str(len(deltas))}
+            row["delta_auc"] = fmt(mean_std(deltas), len(deltas)) if deltas else DASH
+            row["wins"] = f"{wins}/{total}" if total else DASH
+            for x in (200, 1000):
+                ours = mean_std([at(c, x) for c in by_key[key].values()])
+                theirs = _mean_of(margin.get(f"acc@{x}", "")) if margin else None
+                row[f"vs_margin@{x}"] = DASH if ours is None or theirs is None else f"{ours[0] - theirs:+.1f}"
+            row["commits"] = ", ".join(
+                sorted({str(r.get("commit") or "?")[:10] for r in records if r.get("data") == data})
+            )
+            rows.append(row)
+    return rows
+
+
+def _mean_of(cell: str) -> float | None:
+    match = re.match(r"([\d.]+)", cell)
+    return float(match.group(1)) if match else None
+
+
+PAIRED_COLUMNS = (
+    ("data", "data"),
+    ("strategy", "strategy"),
+    ("seeds", "paired seeds"),
+    ("delta_auc", "Δ area under curve vs random"),
+    ("wins", "rounds won vs random"),
+    ("vs_margin@200", "vs cheap margin loop @200"),
+    ("vs_margin@1000", "vs cheap margin loop @1000"),
+    ("commits", "commit"),
+)
+
+
+def paired_table(rows: Sequence[dict[str, str]]) -> str:
+    lines = ["| " + " | ".join(t for _, t in PAIRED_COLUMNS) + " |", "|" + "---|" * len(PAIRED_COLUMNS)]
+    lines += ["| " + " | ".join(r.get(k, DASH) for k, _ in PAIRED_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def strategy_order(name: str) -> tuple[int, str]:
+    order = ("active", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
+    return (order.index(name) if name in order else len(order), name)
+
+
+def round_seconds(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        if r.get("strategy") != FULL_DATA and r.get("round_seconds") is not None:
+            out.setdefault((r["data"], r["strategy"]), []).append(float(r["round_seconds"]))
+    return out
+
+
+def baseline_rows(path: Path | None) -> list[dict[str, str]]:
+    """The rows of BASELINES.md's table (data, strategy, acc@..., area, full-data acc)."""
+    if path is None or not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 8 or not line.startswith("|") or cells[0] in ("data", "") or set(cells[0]) <= {"-"}:
+            continue
+        data, strategy, *accs, auc, full = cells
+        rows.append(
+            {"data": data, "strategy": f"baseline: {strategy}", "seeds": "3", "auc": auc, "full": full, "to95": DASH}
+            | {f"acc@{x}": a for x, a in zip(AT_LABELS, accs, strict=True)}
+            | {"s/round": DASH}
+        )
+    return rows
+
+
+COLUMNS = (
+    ("data", "data"),
+    ("strategy", "strategy"),
+    ("seeds", "seeds"),
+    *((f"acc@{x}", f"acc@{x}") for x in AT_LABELS),
+    ("auc", "area under curve [labels]"),
+    ("full", "full-data acc"),
+    ("to95", "labels to 95 % of full"),
+    ("s/round", "s/round"),
+)
+
+
+def markdown_table(ours: Sequence[dict[str, str]], baselines: Sequence[dict[str, str]]) -> str:
+    """Ours, then the baseline's rows of the same data set (matched by name: SST-2 = sst2)."""
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for data in dict.fromkeys(r["data"] for r in ours):
+        same = [r for r in baselines if data_key(r["data"]) == data_key(data)]
+        for row in [r for r in ours if r["data"] == data] + same:
+            lines.append("| " + " | ".join(row.get(key, DASH) for key, _ in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(records: Sequence[dict[str, Any]]) -> str:
+    """Mean wall seconds per step of a round, per (data, strategy), and the full-data run."""
+    steps: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in records:
+        per = steps.setdefault((r["data"], r["strategy"]), {})
+        for step, s in (r.get("seconds") or {}).items():
+            per.setdefault(step, []).append(float(s))
+    names = [s for s in STEP_ORDER if any(s in per for per in steps.values())]
+    names += sorted({s for per in steps.values() for s in per} - set(names))
+    lines = ["| data | strategy | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 2)]
+    for (data, strategy), per in sorted(steps.items(), key=lambda kv: (kv[0][0], strategy_order(kv[0][1]))):
+        cells = [f"{np.mean(per[s]):.1f}" if s in per else DASH for s in names]
+        lines.append(f"| {data} | {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- the plot -------------------------------------------------------------------------------------
+
+
+def plot(records: Sequence[dict[str, Any]], data: str, path: Path, baselines: Sequence[dict[str, str]]) -> Path:
+    """Accuracy vs labels per strategy (mean ± std over seeds), the full-data accuracy as a flat
+    line, and the baseline's acc@N points with their std (training.curves.learning_curve_png)."""
+    from training.curves import learning_curve_png
+
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    for (d, strategy), per_seed in sorted(curves(records).items(), key=lambda kv: strategy_order(kv[0][1])):
+        if d == data:
+            grid, mean, std = _band(list(per_seed.values()))
+            band = zip(grid.tolist(), mean.tolist(), std.tolist(), strict=True)
+            series[f"{strategy} ({len(per_seed)} seeds)"] = list(band)
+    xs = [p[0] for points in series.values() for p in points]
+    full = full_data_accuracy(records).get(data)
+    if full is not None and xs:
+        series[f"full data ({full:.1f})"] = [(min(xs), full, 0.0), (max(xs), full, 0.0)]
+    for row in (r for r in baselines if data_key(r["data"]) == data_key(data)):
+        points = _baseline_points(row)
+        if points:
+            series[row["strategy"]] = points
+    title = f"{data}: test accuracy vs labels (mean ± std over seeds)"
+    return learning_curve_png(series, path, title=title, ylabel="test accuracy (%)")
+
+
+def _band(per_seed: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std over seeds on the label counts every seed reached."""
+    grid = np.array(sorted(set.intersection(*(set(c[0].tolist()) for c in per_seed))))
+    ys = np.array([np.interp(grid, c[0], c[1]) for c in per_seed])
+    std = ys.std(axis=0, ddof=1) if len(ys) > 1 else np.zeros(len(grid))
+    return grid.astype(int), ys.mean(axis=0), std
+
+
+def _baseline_points(row: dict[str, str]) -> list[tuple[int, float, float]]:
+    points = []
+    for x in AT_LABELS:
+        match = re.match(r"([\d.]+)±([\d.]+)", row.get(f"acc@{x}", ""))
+        if match:
+            points.append((x, float(match.group(1)), float(match.group(2))))
+    return points
+
+
+# -- entry point ----------------------------------------------------------------------------------
+
+
+def write_report(
+    records_path: Path | Sequence[Path],
+    *,
+    out_dir: Path,
+    plots_dir: Path | None = None,
+    baselines: Path | None = DEFAULT_BASELINES,
+) -> str:
+    """The table (printed and written to OUT/report.md) and one PNG per data set, written to OUT and
+    copied to ``plots_dir``. Returns the markdown."""
+    paths = [records_path] if isinstance(records_path, Path) else list(records_path)
+    records = load_records(paths)
+    base = baseline_rows(baselines)
+    text = "\n\n".join(
+        [
+            markdown_table(summary_rows(records), base),
+            "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
+            " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
+            paired_table(paired_rows(records, base)),
+            "Seconds per round step (mean over rounds and seeds):",
+            cost_table(records),
+        ]
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for data in sorted({r["data"] for r in records}):
+        png = plot(records, data, out_dir / f"sim-{data}.png", base)
+        if plots_dir is not None and plots_dir.resolve() != out_dir.resolve():
+            plots_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, plots_dir / png.name)
+        text += f"\n\nPlot: {png}"
+    (out_dir / "report.md").write_text(text + "\n", encoding="utf-8")
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="+", type=Path, help="records.jsonl files or folders holding one")
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: the first input's)")
+    parser.add_argument("--plots-dir", type=Path, default=ROOT / "bench" / "plots")
+    parser.add_argument("--baselines", type=Path, default=DEFAULT_BASELINES)
+    args = parser.parse_args()
+    first = args.inputs[0]
+    out = args.out or (first if first.is_dir() else first.parent)
+    print(write_report(args.inputs, out_dir=out, plots_dir=args.plots_dir, baselines=args.baselines))
+
+
+if __name__ == "__main__":
+    main()
