@@ -30,6 +30,7 @@ from tests.integration.round_helpers import (
     label_batch,
     live_loop,
     trec_project,
+    use_loop_options,
     wait_for,
 )
 
@@ -162,7 +163,7 @@ def test_a_round_killed_at_every_step_ends_like_an_uninterrupted_twin(
     monkeypatch: Any,
     artifacts_dir: Path,
 ) -> None:
-    monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
     (tmp_path / "twin").mkdir()
     with live_loop(tmp_path / "twin", settings, django_db_blocker) as workers:  # its own database and caches
         workers.start("w1")
