@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.live_server import LiveServer, login_session  # noqa: E402
+from devtools.live_server import LiveServer, login_session  # noqa: E402
 
 ITEM = re.compile(r'<input type="hidden" name="item" value="(\d+)">')
 
@@ -107,7 +107,11 @@ def main() -> None:
     with live:
         users = [f"bench{i:02d}" for i in range(max(levels))]
         project = live.call(
-            "tests.live_server:seed_labeling_project", name="bench", n_items=args.batch, n_pool=args.pool, users=users
+            "devtools.live_server:seed_labeling_project",
+            name="bench",
+            n_items=args.batch,
+            n_pool=args.pool,
+            users=users,
         )
         rows = []
         vacuumed = False
