@@ -25,12 +25,14 @@ def hold(lock_dir: str, out: str, name: str) -> None:
 @pytest.mark.parametrize("gpus", ["0", "0,1"])
 def test_starts_do_not_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpus)
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: the test process runs threads (the Redis claim's keep-alive), and a child forked
+    # while one of them held a lock (logging, imports) never got past it.
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=hold, args=(str(tmp_path), str(tmp_path), f"p{i}")) for i in range(3)]
     for proc in procs:
         proc.start()
     for proc in procs:
-        proc.join(20)
+        proc.join(120)
         assert proc.exitcode == 0
     spans = sorted(tuple(map(float, (tmp_path / f"p{i}").read_text().split())) for i in range(3))
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
