@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from scoring.device import torch_device
+
 if TYPE_CHECKING:
     import torch
 
@@ -197,7 +199,7 @@ def train_adapter(
     finished = _finished(out, fingerprint)
     if finished is not None:
         return finished
-    run = _Run(Path(model_dir), renderer, examples, out, config, warm_from, fingerprint, _device(device))
+    run = _Run(Path(model_dir), renderer, examples, out, config, warm_from, fingerprint, torch_device(device))
     try:
         return run.train(progress)
     finally:
@@ -219,7 +221,7 @@ def label_probabilities(
     ``scoring.engines``."""
     import torch
 
-    dev = _device(device)
+    dev = torch_device(device)
     model = _load_base(Path(model_dir), dev)
     if adapter_path is not None:
         from peft import PeftModel
@@ -510,14 +512,6 @@ def _micro_batches(batch: list[_Example], max_tokens: int, *, prefix: int = 0) -
             current = []
         current.append(ex)
     return [*chunks, current] if current else chunks
-
-
-def _device(device: str | None) -> str:
-    if device is not None:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 _BASE_CACHE: dict[tuple[str, str, bool], Any] = {}
