@@ -11,6 +11,7 @@ is claimed the same way:
                            running by me; attempts + 1. False: done, or a live process holds it
     finish(rows, me=...)   running by me → done (with the step's counters)
     fail(rows, me=..., error=...)   running by me → failed, with the error
+    close(rows)            anything → done, once the unit's product exists (its holder died after)
 
 Every update is one conditional UPDATE, so two workers (or a worker and a restart of itself) can
 never both hold a unit.
@@ -75,6 +76,12 @@ def finish(rows: QuerySet[Any], *, me: str, **fields: Any) -> bool:
 
 def fail(rows: QuerySet[Any], *, me: str, error: str) -> bool:
     return bool(rows.filter(status=S.RUNNING, worker=me).update(status=S.FAILED, error=error[:MAX_ERROR]))
+
+
+def close(rows: QuerySet[Any]) -> bool:
+    """Mark the unit done whoever holds it, once its product exists (an adapter saved by a process
+    that died, or whose ``finish`` failed, before it closed the claim)."""
+    return bool(rows.exclude(status=S.DONE).update(status=S.DONE, error=""))
 
 
 def release(rows: QuerySet[Any], *, me: str) -> bool:

@@ -77,8 +77,14 @@ def _write_plan(row: Round) -> None:
 
 
 def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
-    """Planned (arm, k) without an AdapterVersion that no live worker is training, in plan order."""
-    done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
+    """Planned (arm, k) whose claim is not done and that no live worker holds, in plan order. An adapter
+    whose AdapterVersion exists but whose claim its worker never closed (it died, or its last UPDATE
+    failed) is listed too: its message finds the adapter and closes the claim."""
+    done = set(
+        WorkClaim.objects.filter(round=round, kind=WorkClaim.Kind.TRAIN, status=WorkClaim.Status.DONE).values_list(
+            "key", flat=True
+        )
+    )
     out = []
     for key in read_plan(round):
         if key in done:
@@ -90,8 +96,18 @@ def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
 
 
 def training_done(*, round: Round) -> bool:
-    done = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
-    return has_plan(round) and set(read_plan(round)) <= done
+    """Every planned adapter exists and its claim is closed: a round never leaves training while a
+    worker still holds one of its units."""
+    if not has_plan(round):
+        return False
+    plan = set(read_plan(round))
+    made = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
+    closed = set(
+        WorkClaim.objects.filter(round=round, kind=WorkClaim.Kind.TRAIN, status=WorkClaim.Status.DONE).values_list(
+            "key", flat=True
+        )
+    )
+    return plan <= made and plan <= closed
 
 
 def training_finish(*, round_id: int) -> bool:
@@ -106,10 +122,11 @@ def train_adapter_run(*, round_id: int, arm: str, k: int) -> AdapterVersion | No
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status != S.TRAINING:
         return None
+    rows = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
     existing = AdapterVersion.objects.filter(round=row, arm=arm, k=k).first()
     if existing is not None:
+        claims.close(rows)  # its trainer may have died (or failed to write) after saving it
         return existing
-    rows = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
     return claims.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
 
 

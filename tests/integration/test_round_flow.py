@@ -9,12 +9,15 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db.models import QuerySet
 
-from annotate.models import Project, Round, WorkClaim
-from annotate.services import claims, rounds
+from annotate.models import AdapterVersion, Project, Round, WorkClaim
+from annotate.services import claims, rounds, training
+from annotate.services.round_state import write_plan
 from annotate.services.rounds import Work, round_advance, round_resume
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +112,32 @@ def test_a_driver_on_another_host_is_live_while_its_heartbeat_is_fresh(pending: 
     rows.update(heartbeat_at=timezone.now() - timedelta(seconds=rounds.DRIVE_STALE_S + 1))  # it went silent
     assert not rounds.driven(pending)
     assert round_resume(round_id=pending.id) == [Work("annotate.round_begin", (pending.id,))]
+
+
+def test_an_adapter_saved_by_a_worker_that_died_before_closing_its_claim_is_closed_by_the_next(
+    tmp_path: Path, settings: Any
+) -> None:
+    """The trainer saved the AdapterVersion, then died (or its last UPDATE failed) with the claim still
+    running: the round stays in training (never evaluated while a unit is open), resume sends that
+    unit again, and its message closes the claim instead of training again; then the round moves on."""
+    settings.ADAPTER_DIR = str(tmp_path)
+    project = Project.objects.create(name="closing")
+    row = Round.objects.create(project=project, number=2, status="training")
+    write_plan(row, {"prod:0": [[1, 0]], "prod:1": [[2, 1]]})
+    for k in (0, 1):
+        AdapterVersion.objects.create(project=project, round=row, arm="prod", k=k, path="x", content_hash=f"h{k}")
+    claims.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:0").update(status="done", attempts=1)
+    dead = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:1")
+    dead.update(status="running", worker=f"{HOST}:{2**22 + 4246}", attempts=1)
+
+    assert not training.training_done(round=row)
+    assert round_advance(row.id) == []  # a follow-up takes a running unit as held ...
+    assert Round.objects.get(id=row.id).status == "training"
+    assert round_resume(round_id=row.id) == [Work("annotate.gpu.train_adapter", (row.id, "prod", 1))]  # ... resume not
+
+    adapter = training.train_adapter_run(round_id=row.id, arm="prod", k=1)
+    assert adapter is not None and adapter.content_hash == "h1"  # found, not trained again
+    assert dead.get().status == "done" and dead.get().attempts == 1
+    assert training.training_done(round=row)
+    round_advance(row.id)
+    assert Round.objects.get(id=row.id).status == "evaluating"
