@@ -234,6 +234,7 @@ def select(
     emb: np.ndarray | None = None,
     labeled_emb: np.ndarray | None = None,
     committee_p: np.ndarray | None = None,
+    shares: dict[str, float] | None = None,
 ) -> Selection:
     """The batch: cold start (random, or k-center over embeddings) or the round's ``strategy``
     (scoring.selection.select_strategy). Strategies outside NEEDS_EMBEDDINGS (a random cold start
@@ -258,4 +259,5 @@ def select(
         random_share=config.random_share,
         rng=rng,
         committee_p=committee_p,
+        shares=shares,
     )

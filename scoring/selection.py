@@ -26,13 +26,15 @@ if TYPE_CHECKING:
 # K adapters + the embedding proxy), near-duplicates skipped. The others are the ablations and the
 # baseline: "margin-kcenter" (the wave-1 default: top-M by margin, then farthest-first k-center),
 # "uncertainty-only" (top-B by the ensemble's uncertainty), "kcenter-only" and "random".
-STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter")
-Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter"]
+# "portfolio": the random slice, the rest split among margin / soft-rank / random by the measured gain
+# of each arm's past picks (scoring.portfolio).
+STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter", "portfolio")
+Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter", "portfolio"]
 # What each strategy reads besides the eligible rows; the round service computes nothing else (a
 # round of a strategy outside NEEDS_SCORES is not scored at all, and picks from the whole pool).
-NEEDS_SCORES = frozenset({"active", "uncertainty-only", "margin-kcenter"})
-NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only", "margin-kcenter"})
-NEEDS_LABELS = frozenset({"active"})  # the proxy member trains on the labels so far
+NEEDS_SCORES = frozenset({"active", "uncertainty-only", "margin-kcenter", "portfolio"})
+NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only", "margin-kcenter", "portfolio"})
+NEEDS_LABELS = frozenset({"active", "portfolio"})  # the proxy member trains on the labels so far
 # Cosine similarity above which two texts count as near-duplicates (paraphrase-level for MiniLM):
 # labelling the second teaches the model almost nothing the first did not.
 NEAR_DUPLICATE = 0.95
@@ -57,6 +59,7 @@ class Selection:
 
     indices: np.ndarray  # int64[b], distinct
     is_random: np.ndarray  # bool[b]
+    arms: tuple[str, ...] = ()  # the portfolio's arm of each pick (empty for the other strategies)
 
 
 def label_mass_filter(mass_mean: np.ndarray, threshold: float) -> np.ndarray:
@@ -247,24 +250,75 @@ def select_committee(
     if not 0.0 <= random_share <= 1.0:
         raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
     gen = np.random.default_rng(rng)
-    r = int(np.floor(random_share * b + 0.5))
-    random_idx = gen.choice(len(x), size=r, replace=False).astype(np.int64)
-    rest = np.setdiff1d(np.arange(len(x), dtype=np.int64), random_idx, assume_unique=True)
-    top2 = np.sort(p[rest], axis=1)[:, -2:]
-    order = rest[soft_rank_sample(1.0 - (top2[:, 1] - top2[:, 0]), len(rest), gen)]
-    taken = np.concatenate([_unit_np(seeds), x[random_idx]]) if len(seeds) or r else np.zeros((0, x.shape[1]))
-    chosen: list[int] = []
-    skipped: list[int] = []
-    for i in order:
-        if len(chosen) == b - r:
-            break
-        if len(taken) and float((taken @ x[i]).max()) > NEAR_DUPLICATE:
-            skipped.append(int(i))
-            continue
-        chosen.append(int(i))
-        taken = np.vstack([taken, x[i : i + 1]])
-    chosen += skipped[: b - r - len(chosen)]
+    random_idx, rest = _random_slice(len(x), b, random_share, gen)
+    order = rest[soft_rank_sample(committee_uncertainty(p[rest]), len(rest), gen)]
+    taken = _taken(seeds, x, random_idx)
+    chosen, _ = _draw_unique(order, b - len(random_idx), x, taken)
     return _selection(random_idx, np.asarray(chosen, dtype=np.int64))
+
+
+def committee_uncertainty(p: np.ndarray) -> np.ndarray:
+    """1 - margin of label distributions [N, C]: higher = more uncertain."""
+    top2 = np.sort(np.asarray(p, dtype=np.float64), axis=1)[:, -2:]
+    return np.asarray(1.0 - (top2[:, 1] - top2[:, 0]))
+
+
+def select_portfolio(
+    committee_p: np.ndarray,
+    emb: np.ndarray,
+    labeled_emb: np.ndarray,
+    *,
+    b: int,
+    random_share: float,
+    shares: dict[str, float],
+    rng: RngLike,
+) -> Selection:
+    """The adaptive portfolio's batch (scoring.portfolio): the random slice, then the rest split by
+    ``shares`` among the arms — "margin" (top committee uncertainty), "softrank" (the default's
+    draws), "random" (uniform) — near-duplicates skipped for the first two. ``arms`` names each
+    pick's arm (the slice counts as "random": it is a uniform draw too)."""
+    from scoring.portfolio import ARMS, allocate
+
+    p = np.asarray(committee_p, dtype=np.float64)
+    x = _unit_np(_as_matrix(emb, "emb"))
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
+    if p.ndim != 2 or len(p) != len(x) or not np.isfinite(p).all():
+        raise SelectionInputError(f"committee_p must be a finite [N, C] matching emb's {len(x)} rows, got {p.shape}")
+    _check_b(b, len(x))
+    if not 0.0 <= random_share <= 1.0:
+        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    if set(shares) - set(ARMS) or not shares:
+        raise SelectionInputError(f"shares must name arms among {ARMS}, got {sorted(shares)}")
+    gen = np.random.default_rng(rng)
+    random_idx, rest = _random_slice(len(x), b, random_share, gen)
+    counts = allocate(shares, b - len(random_idx))
+    u = committee_uncertainty(p[rest])
+    taken = _taken(seeds, x, random_idx)
+    chosen: list[int] = []
+    arms: list[str] = ["random"] * len(random_idx)
+    orders = {
+        "margin": rest[_rank_desc(u, gen)],
+        "softrank": rest[soft_rank_sample(u, len(rest), gen)],
+        "random": gen.permutation(rest),
+    }
+    for arm in ARMS:
+        want = counts.get(arm, 0)
+        if want == 0:
+            continue
+        order = orders[arm][~np.isin(orders[arm], chosen)]
+        if arm == "random":
+            got = [int(i) for i in order[:want]]
+        else:
+            got, taken = _draw_unique(order, want, x, taken)
+        chosen += got
+        arms += [arm] * len(got)
+    short = b - len(random_idx) - len(chosen)  # a pool too small for every arm's count
+    if short > 0:
+        extra = [int(i) for i in rest if int(i) not in set(chosen)][:short]
+        chosen += extra
+        arms += ["random"] * len(extra)
+    sel = _selection(random_idx, np.asarray(chosen, dtype=np.int64))
+    return Selection(indices=sel.indices, is_random=sel.is_random, arms=tuple(arms))
 
 
 def select_strategy(
@@ -279,9 +333,11 @@ def select_strategy(
     rng: RngLike,
     device: str | None = None,
     committee_p: np.ndarray | None = None,
+    shares: dict[str, float] | None = None,
 ) -> Selection:
     """One entry point per strategy: "active" (random slice + soft-rank committee draws, needs
-    ``committee_p``), "margin-kcenter" (random slice + top-M + k-center), "random",
+    ``committee_p``), "portfolio" (needs ``committee_p`` and the arms' ``shares``),
+    "margin-kcenter" (random slice + top-M + k-center), "random",
     "uncertainty-only" (top-b, seeded tie-break) and "kcenter-only" (k-center over the whole pool).
     ``uncertainty`` may be None for the arms that ignore it."""
     x = _as_matrix(emb, "emb")
@@ -293,6 +349,10 @@ def select_strategy(
         if committee_p is None:
             raise SelectionInputError("strategy 'active' needs the committee's distributions")
         return select_committee(committee_p, x, labeled_emb, b=b, random_share=random_share, rng=rng)
+    if name == "portfolio":
+        if committee_p is None or shares is None:
+            raise SelectionInputError("strategy 'portfolio' needs the committee's distributions and the arms' shares")
+        return select_portfolio(committee_p, x, labeled_emb, b=b, random_share=random_share, shares=shares, rng=rng)
     if uncertainty is None:
         raise SelectionInputError(f"strategy {name!r} needs uncertainty scores")
     if name == "margin-kcenter":
@@ -313,6 +373,38 @@ def _selection(random_idx: np.ndarray, chosen: np.ndarray) -> Selection:
     indices = np.concatenate([random_idx, chosen]).astype(np.int64)
     is_random = np.concatenate([np.ones(len(random_idx), bool), np.zeros(len(chosen), bool)])
     return Selection(indices=indices, is_random=is_random)
+
+
+def _random_slice(n: int, b: int, random_share: float, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """round(random_share · b) uniform positions, and every other position."""
+    r = int(np.floor(random_share * b + 0.5))
+    random_idx = gen.choice(n, size=r, replace=False).astype(np.int64)
+    return random_idx, np.setdiff1d(np.arange(n, dtype=np.int64), random_idx, assume_unique=True)
+
+
+def _taken(seeds: np.ndarray, x: np.ndarray, random_idx: np.ndarray) -> np.ndarray:
+    """Unit rows a new pick must not duplicate: the labeled items and the random slice."""
+    if len(seeds) or len(random_idx):
+        return np.concatenate([_unit_np(seeds), x[random_idx]])
+    return np.zeros((0, x.shape[1]))
+
+
+def _draw_unique(order: np.ndarray, k: int, x: np.ndarray, taken: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The first ``k`` of ``order`` that are not within NEAR_DUPLICATE cosine of ``taken`` or of an
+    earlier pick; if that leaves fewer than ``k`` (a pool of near-duplicates), the skipped ones fill
+    in, in order. Returns the picks and ``taken`` with them added."""
+    chosen: list[int] = []
+    skipped: list[int] = []
+    for i in order:
+        if len(chosen) == k:
+            break
+        if len(taken) and float((taken @ x[i]).max()) > NEAR_DUPLICATE:
+            skipped.append(int(i))
+            continue
+        chosen.append(int(i))
+        taken = np.vstack([taken, x[i : i + 1]])
+    chosen += skipped[: k - len(chosen)]
+    return chosen, taken
 
 
 def _rank_desc(values: np.ndarray, gen: np.random.Generator) -> np.ndarray:

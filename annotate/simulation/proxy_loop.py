@@ -1,0 +1,187 @@
+"""The selection rules on the cheap learner: every strategy of scoring.selection, to 1,000 labels, on
+CPU in minutes.
+
+The learner is the embedding proxy (scoring.proxy: logistic regression on the cached MiniLM vectors,
+the cheap loop of ../shared/design/BASELINES.md), retrained from scratch each round; the committee is
+that proxy alone. What runs is the production selection code (scoring.selection.select_strategy and
+the portfolio's scoring.portfolio), so this measures the *rules* — does soft-rank dilute margin, does
+the portfolio follow the winning arm, is any rule worse than random — without the LLM. It says
+nothing about the LLM loop's own curves: those come from the GPU harness (annotate/simulation/
+harness.py). Records have the harness's shape plus ``learner: "proxy"``, so bench/sim_report.py
+reads both.
+
+Protocol (BASELINES.md): a random seed set of max(2 × classes, 20) labels identical for every
+strategy of a seed, then batches of B (25; 100 with more than 50 classes), random slice 15 %.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scoring import portfolio
+from scoring.proxy import fit_proxy
+from scoring.selection import STRATEGIES, select_strategy
+
+RANDOM_SHARE = 0.15
+OVERSAMPLE = 4.0
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProxyData:
+    name: str
+    pool_x: np.ndarray  # float32[N, d] unit rows
+    pool_y: np.ndarray  # int64[N]
+    test_x: np.ndarray
+    test_y: np.ndarray
+    n_classes: int
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    max_labels: int = 1000
+    batch: int = 0  # 0: 25, or 100 with more than 50 classes
+    seed_labels: int = 0  # 0: max(2 × classes, 20)
+    random_share: float = RANDOM_SHARE
+    commit: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # recorded with every row
+
+    def b(self, n_classes: int) -> int:
+        return self.batch or (100 if n_classes > 50 else 25)
+
+    def s0(self, n_classes: int) -> int:
+        return self.seed_labels or max(2 * n_classes, 20)
+
+
+def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[dict[str, Any]]:
+    """One learning curve: a record per round (labels, test accuracy %, the portfolio's split)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+    c, n = data.n_classes, len(data.pool_y)
+    b = spec.b(c)
+    seed_rng = np.random.default_rng(seed)
+    labelled = [int(i) for i in seed_rng.choice(n, size=min(spec.s0(c), n), replace=False)]
+    arm_of: dict[int, str] = {i: "seed" for i in labelled}
+    gen = np.random.default_rng([seed, STRATEGIES.index(strategy)])
+    out: list[dict[str, Any]] = []
+    round_no = 1
+    while True:
+        started = time.perf_counter()
+        model = fit_proxy(data.pool_x[labelled], data.pool_y[labelled], c)
+        acc = float((model.predict_proba(data.test_x).argmax(axis=1) == data.test_y).mean())
+        record: dict[str, Any] = {
+            "data": data.name,
+            "strategy": strategy,
+            "seed": seed,
+            "round": round_no,
+            "labels": len(labelled),
+            "accuracy": round(100.0 * acc, 3),
+            "learner": "proxy",
+            "commit": spec.commit,
+            "loop_options": {"batch": b, "random_share": spec.random_share, **spec.options},
+        }
+        if len(labelled) >= spec.max_labels or len(labelled) >= n:
+            record["round_seconds"] = round(time.perf_counter() - started, 3)
+            out.append(record)
+            break
+        eligible = np.setdiff1d(np.arange(n), labelled)
+        k = min(b, spec.max_labels - len(labelled), len(eligible))
+        p = model.predict_proba(data.pool_x[eligible])
+        shares = None
+        if strategy == "portfolio":
+            s = portfolio_split(data, labelled, arm_of, gen)
+            shares = s.shares
+            record["selection"] = portfolio.split_to_json(s)
+        sel = select_strategy(
+            strategy,  # type: ignore[arg-type]  # checked above
+            1.0 - _margin(p),
+            data.pool_x[eligible],
+            data.pool_x[labelled],
+            b=k,
+            m=max(k, int(round(OVERSAMPLE * k))),
+            random_share=spec.random_share,
+            rng=gen,
+            committee_p=p,
+            shares=shares,
+        )
+        arms = sel.arms or tuple("random" if r else "active" for r in sel.is_random)
+        for pos, arm in zip(sel.indices, arms, strict=True):
+            arm_of[int(eligible[pos])] = arm
+        labelled += [int(eligible[pos]) for pos in sel.indices]
+        record["round_seconds"] = round(time.perf_counter() - started, 3)
+        out.append(record)
+        round_no += 1
+    return out
+
+
+def portfolio_split(data: ProxyData, labelled: Sequence[int], arm_of: dict[int, str], gen: np.random.Generator) -> Any:
+    """The portfolio's split from the labels so far, each with the arm that picked it (the service
+    does the same from the rounds' stored picks)."""
+    by_arm: dict[str, list[int]] = {}
+    for i in labelled:
+        by_arm.setdefault(arm_of[i], []).append(i)
+    seed_ids = by_arm.get("seed", [])
+    uniform = by_arm.get("random", [])
+    picks = {
+        a: (data.pool_x[by_arm.get(a, [])], data.pool_y[by_arm.get(a, [])]) for a in portfolio.ARMS if a != "random"
+    }
+    gains = portfolio.estimate_gains(
+        seed_x=data.pool_x[seed_ids],
+        seed_y=data.pool_y[seed_ids],
+        uniform_x=data.pool_x[uniform],
+        uniform_y=data.pool_y[uniform],
+        picks=picks,
+        n_classes=data.n_classes,
+        rng=gen,
+    )
+    return portfolio.split(gains, gen)
+
+
+def _margin(p: np.ndarray) -> np.ndarray:
+    top2 = np.sort(p, axis=1)[:, -2:]
+    return np.asarray(top2[:, 1] - top2[:, 0])
+
+
+def load_data(
+    name: str, data_dir: Path, embed: Callable[[list[str]], np.ndarray], *, pool_sample: int = 0
+) -> ProxyData:
+    """train.csv → pool (optionally a fixed sample, like the harness's), test.csv → test, embedded."""
+    train, test = _rows(data_dir / "train.csv"), _rows(data_dir / "test.csv")
+    if 0 < pool_sample < len(train):  # the harness's sample (its POOL_SAMPLE_SEED is 0 too)
+        keep = sorted(np.random.default_rng(0).choice(len(train), size=pool_sample, replace=False))
+        train = [train[int(i)] for i in keep]
+    names = sorted({label for _, label in train})
+    index = {label: i for i, label in enumerate(names)}
+    test = [(t, y) for t, y in test if y in index]
+    return ProxyData(
+        name=name,
+        pool_x=embed([t for t, _ in train]),
+        pool_y=np.array([index[y] for _, y in train], np.int64),
+        test_x=embed([t for t, _ in test]),
+        test_y=np.array([index[y] for _, y in test], np.int64),
+        n_classes=len(names),
+    )
+
+
+def _rows(path: Path) -> list[tuple[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return [(row["text"], row["label"]) for row in csv.DictReader(f)]
+
+
+def append_records(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+
+
+def spec_json(spec: ProxySpec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
