@@ -178,8 +178,27 @@ def _accuracy(x: np.ndarray, y: np.ndarray, ex: np.ndarray, ey: np.ndarray, n_cl
     return float((fit_proxy(x, y, n_classes).predict_proba(ex).argmax(axis=1) == ey).mean())
 
 
-def as_arrays(rows: Sequence[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """[(embedding, label)] → (x [N, d], y [N])."""
-    if not rows:
-        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
-    return np.stack([r[0] for r in rows]), np.array([r[1] for r in rows], np.int64)
+def split_labels(x: np.ndarray, y: np.ndarray, arms: Sequence[str], n_classes: int, rng: np.random.Generator) -> Split:
+    """The split from the labels so far: row i of (x, y) was picked by ``arms[i]`` — "seed" (the
+    shared cold start), "random" (any uniform draw: the random slices and the random arm), an arm of
+    ARMS, or anything else (picked by another strategy: it trains the model but is no evidence)."""
+    if not len(x) == len(y) == len(arms):
+        raise PortfolioInputError(f"x, y and arms must match, got {len(x)}, {len(y)}, {len(arms)}")
+    tags = np.asarray(list(arms), dtype=object)
+
+    def rows(arm: str) -> tuple[np.ndarray, np.ndarray]:
+        at = np.flatnonzero(tags == arm)
+        return x[at], y[at]
+
+    seed_x, seed_y = rows("seed")
+    uniform_x, uniform_y = rows("random")
+    gains = estimate_gains(
+        seed_x=seed_x,
+        seed_y=seed_y,
+        uniform_x=uniform_x,
+        uniform_y=uniform_y,
+        picks={arm: rows(arm) for arm in ARMS if arm != "random"},
+        n_classes=n_classes,
+        rng=rng,
+    )
+    return split(gains, rng)

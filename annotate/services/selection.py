@@ -23,7 +23,7 @@ from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, Work
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
-from scoring import pipeline
+from scoring import pipeline, portfolio
 from training import ensemble
 
 PREDICTION_CHUNK = 2000
@@ -173,6 +173,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     if len(ids) == 0:
         return []
     emb = labeled_emb = committee_p = None
+    split = None
     needs_embeddings = config.selection.cold_mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
     if needs_embeddings:
         labeled = loop_sel.labeled_items(project=round.project)
@@ -180,6 +181,10 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
             proxy_p = _proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
             committee_p = committee_distribution(mean_p, proxy_p, config.k)
+            if round.strategy == "portfolio":
+                split = portfolio_split(
+                    round=round, labeled=labeled, labeled_emb=labeled_emb, n_classes=mean_p.shape[1]
+                )
     sel = pipeline.select(
         cold=cold,
         strategy=round.strategy,
@@ -190,11 +195,39 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         emb=emb,
         labeled_emb=labeled_emb,
         committee_p=committee_p,
+        shares=None if split is None else split.shares,
     )
+    if split is not None:
+        picks: dict[str, list[int]] = {}
+        for i, arm in zip(sel.indices, sel.arms, strict=True):
+            picks.setdefault(arm, []).append(int(ids[i]))
+        metrics = dict(Round.objects.get(id=round.id).metrics or {})
+        metrics["selection"] = {**portfolio.split_to_json(split), "picks": picks}
+        Round.objects.filter(id=round.id).update(metrics=metrics)
     return [
         (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
         for i, r in zip(sel.indices, sel.is_random, strict=True)
     ]
+
+
+def portfolio_split(
+    *, round: Round, labeled: loop_sel.Labeled, labeled_emb: np.ndarray, n_classes: int
+) -> portfolio.Split:
+    """The portfolio's batch shares from the labels so far (scoring.portfolio): each labelled item's
+    arm comes from its batch source (cold → the shared seed set, random slice → uniform) or from the
+    picks the earlier portfolio rounds stored in ``metrics["selection"]``. Items other strategies
+    picked train the model but are nobody's evidence."""
+    arm_of: dict[int, str] = {}
+    earlier = Round.objects.filter(project=round.project, number__lt=round.number).order_by("number")
+    for metrics in earlier.values_list("metrics", flat=True):
+        for arm, item_ids in ((metrics or {}).get("selection") or {}).get("picks", {}).items():
+            arm_of.update((int(i), str(arm)) for i in item_ids)
+    arms = [
+        "seed" if source == "cold" else "random" if source == "random" else arm_of.get(item_id, "")
+        for item_id, source in zip(labeled.item_ids, labeled.sources, strict=True)
+    ]
+    y = np.asarray(labeled.label_indices, dtype=np.int64)
+    return portfolio.split_labels(labeled_emb, y, arms, n_classes, pipeline.step_rng(round.seed, "portfolio"))
 
 
 def _proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:

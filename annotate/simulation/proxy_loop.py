@@ -122,27 +122,13 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
     return out
 
 
-def portfolio_split(data: ProxyData, labelled: Sequence[int], arm_of: dict[int, str], gen: np.random.Generator) -> Any:
-    """The portfolio's split from the labels so far, each with the arm that picked it (the service
-    does the same from the rounds' stored picks)."""
-    by_arm: dict[str, list[int]] = {}
-    for i in labelled:
-        by_arm.setdefault(arm_of[i], []).append(i)
-    seed_ids = by_arm.get("seed", [])
-    uniform = by_arm.get("random", [])
-    picks = {
-        a: (data.pool_x[by_arm.get(a, [])], data.pool_y[by_arm.get(a, [])]) for a in portfolio.ARMS if a != "random"
-    }
-    gains = portfolio.estimate_gains(
-        seed_x=data.pool_x[seed_ids],
-        seed_y=data.pool_y[seed_ids],
-        uniform_x=data.pool_x[uniform],
-        uniform_y=data.pool_y[uniform],
-        picks=picks,
-        n_classes=data.n_classes,
-        rng=gen,
-    )
-    return portfolio.split(gains, gen)
+def portfolio_split(
+    data: ProxyData, labelled: Sequence[int], arm_of: dict[int, str], gen: np.random.Generator
+) -> portfolio.Split:
+    """The portfolio's split from the labels so far, each with the arm that picked it (the round
+    service does the same from the rounds' stored picks)."""
+    at = np.asarray(labelled, dtype=np.int64)
+    return portfolio.split_labels(data.pool_x[at], data.pool_y[at], [arm_of[i] for i in labelled], data.n_classes, gen)
 
 
 def _margin(p: np.ndarray) -> np.ndarray:

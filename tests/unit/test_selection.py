@@ -213,7 +213,10 @@ def test_every_strategy_returns_a_valid_batch(name: str) -> None:
     rng = np.random.default_rng(7)
     emb, labeled, u = _unit(rng, 80, 8), _unit(rng, 4, 8), rng.random(80)
     committee = np.stack([u, 1 - u], axis=1)
-    sel = select_strategy(name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee)  # type: ignore[arg-type]
+    shares = {"margin": 0.4, "softrank": 0.3, "random": 0.3}
+    sel = select_strategy(
+        name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee, shares=shares
+    )  # type: ignore[arg-type]
     assert isinstance(sel, Selection)
     assert len(np.unique(sel.indices)) == 8
     if name == "uncertainty-only":
