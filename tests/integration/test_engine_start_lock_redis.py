@@ -4,6 +4,7 @@ GPU after the TTL, and nobody deletes a lock it does not hold."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -100,7 +101,9 @@ def test_a_holder_killed_mid_start_frees_the_gpu_after_the_ttl(tmp_path: Path, o
     assert waited <= ttl_s + 1.0, f"the next start waited {waited:.1f} s for a dead holder (TTL {ttl_s} s)"
 
 
-def test_release_by_someone_else_leaves_the_holder_its_lock(owned: redis_owner.OwnedRedis) -> None:
+def test_release_by_someone_else_leaves_the_holder_its_lock(
+    owned: redis_owner.OwnedRedis, caplog: pytest.LogCaptureFixture
+) -> None:
     client = owned.client()
     key = "alann:engine-start:vllm:gpu-shared"
     first = RedisStartLock(client, key, ttl_s=30)
@@ -109,8 +112,10 @@ def test_release_by_someone_else_leaves_the_holder_its_lock(owned: redis_owner.O
     try:
         assert other.release() is False
         assert first.holder() == first.token
-        with pytest.raises(EngineStartLockTimeout, match=first.token):
+        timeout = pytest.raises(EngineStartLockTimeout, match=first.token)
+        with caplog.at_level(logging.INFO, "scoring.engines.start_lock"), timeout:
             other.acquire(deadline=time.monotonic() + 0.3, wait_s=0.3)
+        assert f"engine start waits for {key}, held by '{first.token}'" in caplog.text  # the worker's log
         # The first start stalled past its TTL (its key is gone) and the next one took the GPU:
         # the stalled one, finishing late, must not free the GPU under the new holder.
         client.delete(key)
