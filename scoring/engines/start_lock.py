@@ -206,7 +206,7 @@ def start_lock(kind: str, options: StartLockOptions | None = None) -> Iterator[N
             " the URL comes from ALANN_ENGINE_LOCK_URL or REDIS_URL (unset both for a one-machine file lock)"
         ) from exc
     deadline = time.monotonic() + options.wait_s
-    with contextlib.ExitStack() as held, contextlib.closing(client):
+    with contextlib.closing(client), contextlib.ExitStack() as held:  # released before closed
         for name in names:
             lock = RedisStartLock(client, f"{KEY_PREFIX}:{kind}:{name}", ttl_s=options.ttl_s)
             lock.acquire(deadline=deadline, wait_s=options.wait_s)
