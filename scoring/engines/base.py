@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
+
+from scoring.engines.start_lock import start_lock
 
 if TYPE_CHECKING:
     from scoring.prompts import PromptRenderer
@@ -82,24 +79,6 @@ def validate_adapters(adapters: Sequence[AdapterRef]) -> None:
 _ENGINES: dict[tuple[str, str, str], Engine] = {}
 
 
-@contextlib.contextmanager
-def start_lock(kind: str) -> Iterator[None]:
-    """One engine start at a time per GPU set on this machine (an exclusive ``flock``, released when
-    the start ends or the process dies). Several gpu workers on one GPU each start a vLLM engine; vLLM
-    measures free GPU memory while it starts, and two starts at once failed engine-core init on the
-    H200 (bench/RESULTS.md, scoring): started one after another, three engines ran side by side.
-    The lock file lives in ALANN_ENGINE_LOCK_DIR (default: the temp dir), keyed by the visible GPUs."""
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
-    root = Path(os.environ.get("ALANN_ENGINE_LOCK_DIR") or tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / f"alann-{kind}-start-gpu-{gpus}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
     """One engine per (kind, model, options) per process: a gpu worker holds it for its lifetime."""
     key = (kind, str(model_dir), json.dumps(options, sort_keys=True, default=str))
@@ -111,7 +90,7 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
         elif kind == "vllm":
             from scoring.engines.vllm import VLLMEngine
 
-            with start_lock("vllm"):
+            with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 _ENGINES[key] = VLLMEngine(str(model_dir), **options)
         else:
             raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")

@@ -1,19 +1,18 @@
 """The transformers + PEFT engine on a tiny random llama (fast) and once on SmolLM2 (slow), plus the
-vLLM engine's pure conversion helpers, fed with fake objects shaped like vLLM's outputs."""
+vLLM output conversion checked against the hf engine's own numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from scoring.engines.base import AdapterRef, adapter_set_hash, distribution_from_logprobs
 from scoring.engines.hf import HFEngine
-from scoring.engines.vllm import build_requests, outputs_to_label_logprobs, prefix_cache_counts
+from scoring.engines.vllm import outputs_to_label_logprobs
 from scoring.prompts import LabelSpec, PromptRenderer, PromptSpec
+from tests.vllm_fakes import fake_outputs
 
 SPEC = PromptSpec(
     instructions="Classify the news headline by topic.",
@@ -144,60 +143,7 @@ def test_smollm2_puts_mass_on_the_label_codes(smollm2_dir: Path) -> None:
     assert result.mass.mean() > 0.01, "an instruct model should mostly answer with a code"
 
 
-# -- vLLM conversion helpers (vLLM itself is not installed here) ---------------------------------
-
-
-@dataclass
-class FakeFlatLogprobs:  # vllm.logprobs.FlatLogprobs, flat_logprobs=True
-    start_indices: list[int] = field(default_factory=list)
-    end_indices: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-
-
-@dataclass
-class FakeLogprob:  # vllm.logprobs.Logprob
-    logprob: float
-    rank: int | None = None
-
-
-@dataclass
-class FakeCompletion:
-    logprobs: Any
-
-
-@dataclass
-class FakeRequestOutput:
-    outputs: list[FakeCompletion]
-
-
-@dataclass
-class FakeMetric:
-    name: str
-    value: float
-
-
-def fake_outputs(logp: np.ndarray, label_ids: list[int], sampled: int, flat: bool) -> list[FakeRequestOutput]:
-    """One output per (adapter, item), adapter-major, reporting the label ids plus the sampled token."""
-    outs = []
-    for row in logp.reshape(-1, logp.shape[-1]):
-        # vLLM does not promise an order: report the labels reversed, after the sampled token.
-        ids, vals = [sampled, *label_ids[::-1]], [-0.01, *row.tolist()[::-1]]
-        if flat:
-            lp: Any = FakeFlatLogprobs([0], [len(ids)], ids, vals)
-        else:
-            lp = [{t: FakeLogprob(v) for t, v in zip(ids, vals, strict=True)}]
-        outs.append(FakeRequestOutput([FakeCompletion(lp)]))
-    return outs
-
-
-def test_build_requests_is_adapter_major_with_matching_lora_list() -> None:
-    adapters = [AdapterRef("a", 1, "/a"), AdapterRef("b", 2, "/b")]
-    prompts, loras = build_requests([1, 2], [[3], [4, 5], [6]], adapters, lambda *args: args)
-    assert [p["prompt_token_ids"] for p in prompts] == [[1, 2, 3], [1, 2, 4, 5], [1, 2, 6]] * 2
-    assert loras == [("a", 1, "/a")] * 3 + [("b", 2, "/b")] * 3
-    base_prompts, base_loras = build_requests([1], [[2]], [], None)
-    assert base_prompts == [{"prompt_token_ids": [1, 2]}] and base_loras is None
+# -- vLLM conversion against the hf engine (the pure helpers: tests/unit/test_vllm_conversion.py) --
 
 
 @pytest.mark.parametrize("flat", [True, False])
@@ -212,29 +158,3 @@ def test_vllm_outputs_convert_to_the_same_arrays_as_hf(
     p, mass = distribution_from_logprobs(outputs_to_label_logprobs(outputs, label_ids, len(TEXTS)))
     np.testing.assert_allclose(p, hf.p, atol=1e-5)
     np.testing.assert_allclose(mass, hf.mass, rtol=1e-4)
-
-
-def test_missing_label_logprob_is_an_error() -> None:
-    outputs = [FakeRequestOutput([FakeCompletion(FakeFlatLogprobs([0], [1], [7], [-1.0]))])]
-    with pytest.raises(RuntimeError, match="no logprob"):
-        outputs_to_label_logprobs(outputs, [7, 8], 1)
-
-
-def test_prefix_cache_counts_reads_vllm_metrics() -> None:
-    metrics = [
-        FakeMetric("vllm:prefix_cache_queries", 1000.0),
-        FakeMetric("vllm:prefix_cache_hits", 880.0),
-        FakeMetric("vllm:external_prefix_cache_hits", 5.0),
-        FakeMetric("vllm:num_requests_running", 3.0),
-    ]
-    assert prefix_cache_counts(metrics) == (1000.0, 880.0)
-
-
-def test_vllm_refuses_more_labels_than_it_reports() -> None:
-    """vLLM returns at most 128 requested logprobs: a larger label set is a clear error before any
-    request is built (the hf engine takes up to MAX_LABELS)."""
-    from scoring.engines.vllm import VLLMEngine
-
-    engine = VLLMEngine.__new__(VLLMEngine)  # no engine start: the check needs none
-    with pytest.raises(ValueError, match="151 labels: vLLM returns at most 128"):
-        engine._sampling_params(list(range(151)))

@@ -1,34 +1,31 @@
-"""Engine starts on one machine are serialised (several gpu workers sharing a GPU start their vLLM
-engines one after another: two at once failed on the H200)."""
+"""Which GPUs a start locks, where the lock lives, and the one-machine file lock used only when no
+Redis is configured (the cross-container Redis lock: tests/integration/test_engine_start_lock_redis.py)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from scoring.engines.base import start_lock
+from scoring.engines.start_lock import StartLockOptions, gpu_names, start_lock
 
 
-def hold(lock_dir: str, out: str, name: str) -> None:
-    import os
-
-    os.environ["ALANN_ENGINE_LOCK_DIR"] = lock_dir
-    with start_lock("test"):
+def hold(lock_dir: str, out: str, name: str, gpus: str) -> None:
+    with start_lock("test", StartLockOptions(redis_url=None, lock_dir=lock_dir, cuda_visible_devices=gpus)):
         began = time.monotonic()
         time.sleep(0.4)
         Path(out, name).write_text(f"{began} {time.monotonic()}")
 
 
 @pytest.mark.parametrize("gpus", ["0", "0,1"])
-def test_starts_do_not_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: str) -> None:
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpus)
+def test_without_redis_starts_on_one_machine_do_not_overlap(tmp_path: Path, gpus: str) -> None:
     # spawn, not fork: the test process runs threads (the Redis claim's keep-alive), and a child forked
     # while one of them held a lock (logging, imports) never got past it.
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=hold, args=(str(tmp_path), str(tmp_path), f"p{i}")) for i in range(3)]
+    procs = [ctx.Process(target=hold, args=(str(tmp_path), str(tmp_path), f"p{i}", gpus)) for i in range(3)]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -37,12 +34,33 @@ def test_starts_do_not_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     spans = sorted(tuple(map(float, (tmp_path / f"p{i}").read_text().split())) for i in range(3))
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end, f"two starts held the lock at once: {spans}"
-    assert list(tmp_path.glob("alann-test-start-gpu-*.lock"))
+    assert list(tmp_path.glob("alann-test-start-*.lock"))
 
 
-def test_lock_is_released_after_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALANN_ENGINE_LOCK_DIR", str(tmp_path))
-    with pytest.raises(RuntimeError), start_lock("test"):
+def test_file_lock_is_released_after_an_error(tmp_path: Path) -> None:
+    options = StartLockOptions(redis_url=None, lock_dir=str(tmp_path))
+    with pytest.raises(RuntimeError), start_lock("test", options):
         raise RuntimeError("engine failed to start")
-    with start_lock("test"):  # would block forever if the first start kept it
+    with start_lock("test", options):  # would block forever if the first start kept it
         pass
+
+
+def test_the_lock_is_in_redis_whenever_a_url_is_configured() -> None:
+    assert StartLockOptions.from_env({}).redis_url is None
+    assert StartLockOptions.from_env({"REDIS_URL": "redis://redis:6379/0"}).redis_url == "redis://redis:6379/0"
+    explicit = {"REDIS_URL": "redis://redis:6379/0", "ALANN_ENGINE_LOCK_URL": "redis://locks:6379/3"}
+    assert StartLockOptions.from_env(explicit).redis_url == "redis://locks:6379/3"
+    tuned = StartLockOptions.from_env({"ALANN_ENGINE_LOCK_TTL_S": "5", "ALANN_ENGINE_LOCK_WAIT_S": "60"})
+    assert (tuned.ttl_s, tuned.wait_s) == (5.0, 60.0)
+
+
+def test_gpus_are_named_host_independently() -> None:
+    """UUIDs name a GPU the same way in every container; an explicit key wins over everything."""
+    assert gpu_names(StartLockOptions(cuda_visible_devices="GPU-bbbb, GPU-aaaa")) == ["GPU-aaaa", "GPU-bbbb"]
+    assert gpu_names(StartLockOptions(gpu_key="h200-rack2-slot5", cuda_visible_devices="0")) == ["h200-rack2-slot5"]
+
+
+def test_without_nvml_gpus_are_named_by_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML not installed: import fails
+    assert gpu_names(StartLockOptions(cuda_visible_devices="1,0")) == ["gpu-0", "gpu-1"]
+    assert gpu_names(StartLockOptions(cuda_visible_devices=None)) == ["gpu-all"]

@@ -1,0 +1,107 @@
+"""The vLLM engine's pure helpers on CPU (vLLM is not installed here): request building, and the
+conversion of its outputs, shaped like vLLM's (tests/vllm_fakes.py), into the label distribution and
+label mass the rest of the loop uses. The parity of the same conversion with the hf engine's numbers:
+tests/integration/test_hf_engine.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scoring.engines.base import AdapterRef, distribution_from_logprobs
+from scoring.engines.vllm import build_requests, outputs_to_label_logprobs, prefix_cache_counts
+from tests.vllm_fakes import FakeMetric, fake_output, fake_outputs
+
+K, N, C = 4, 50, 128  # a K=4 ensemble, a shard of 50 items, the most labels vLLM reports (VLLM_MAX_LABELS)
+VOCAB = 49_152  # SmolLM2's vocabulary
+
+
+def realistic_scores(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(full-vocabulary label logprobs [K,N,C], the renormalised distribution, log label mass): most
+    rows put most mass on the labels, some almost none (1e-30), some so little that exp() underflows
+    (logprobs near -800: still a finite p), a few labels exactly none (-inf), and one row no label at
+    all (every logprob -inf)."""
+    p = rng.dirichlet(np.full(C, 0.3), size=(K, N))
+    p[rng.random((K, N, C)) < 0.05] = 0.0  # -inf logprobs: masked or underflowed tokens
+    p /= p.sum(axis=-1, keepdims=True)
+    log_mass = np.log(rng.uniform(0.2, 1.0, size=(K, N)))
+    log_mass[:, :5] = np.log(1e-30)  # the model answers with something else: the review bucket's items
+    log_mass[:, 5:8] = -800.0
+    log_mass[0, 3] = -np.inf
+    with np.errstate(divide="ignore"):
+        logp = np.log(p) + log_mass[..., None]
+    return logp, p, log_mass
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_outputs_become_label_distributions_and_mass(flat: bool) -> None:
+    rng = np.random.default_rng(17)
+    logp, p_true, log_mass = realistic_scores(rng)
+    label_ids = [int(t) for t in rng.choice(VOCAB, size=C, replace=False)]
+    outputs = fake_outputs(logp, label_ids, sampled=VOCAB - 1, flat=flat)  # sampled: not a label
+
+    label_logp = outputs_to_label_logprobs(outputs, label_ids, N)
+    assert label_logp.shape == (K, N, C) and label_logp.dtype == np.float32
+    np.testing.assert_array_equal(label_logp, logp.astype(np.float32))  # adapter-major, label order kept
+    p, mass = distribution_from_logprobs(label_logp)
+
+    assert np.isfinite(p).all() and np.isfinite(mass).all()
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(mass, np.exp(log_mass), rtol=1e-4)  # 0 where exp() underflows
+    assert (mass <= 1.0 + 1e-5).all()
+    scored = np.isfinite(log_mass)
+    np.testing.assert_allclose(p[scored], p_true[scored], atol=1e-5)  # renormalised, also at logprob -800
+    assert (p[np.isneginf(logp) & scored[..., None]] == 0).all()
+    np.testing.assert_allclose(p[0, 3], 1.0 / C)  # no mass on any label: uniform, not NaN
+    assert mass[0, 3] == 0.0
+
+
+def test_a_sampled_label_reported_twice_counts_once() -> None:
+    """The sampled token comes first in vLLM's list; when it is a label it is there twice."""
+    outputs = [fake_output([8, 7, 8], [-0.2, -1.8, -0.2], flat=True)]
+    p, mass = distribution_from_logprobs(outputs_to_label_logprobs(outputs, [7, 8], 1))
+    np.testing.assert_allclose(mass, [[np.exp(-1.8) + np.exp(-0.2)]], rtol=1e-6)
+    np.testing.assert_allclose(p[0, 0], [np.exp(-1.8), np.exp(-0.2)] / mass[0, 0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_a_label_vllm_did_not_report_is_an_error(flat: bool) -> None:
+    """vLLM returns the requested ids, not a top-k: a missing label means a wrong request, never p=0."""
+    outputs = [fake_output([7, 8, 9], [-1.0, -2.0, -3.0], flat), fake_output([7, 9], [-1.0, -3.0], flat)]
+    with pytest.raises(RuntimeError, match="no logprob for some label tokens in 1 requests"):
+        outputs_to_label_logprobs(outputs, [7, 8, 9], 1)
+
+
+def test_outputs_that_do_not_split_into_adapters_are_an_error() -> None:
+    outputs = [fake_output([7], [-1.0], flat=True)] * 5
+    with pytest.raises(ValueError, match="5 outputs do not split into adapters of 2 items"):
+        outputs_to_label_logprobs(outputs, [7], 2)
+
+
+def test_build_requests_is_adapter_major_with_matching_lora_list() -> None:
+    adapters = [AdapterRef("a", 1, "/a"), AdapterRef("b", 2, "/b")]
+    prompts, loras = build_requests([1, 2], [[3], [4, 5], [6]], adapters, lambda *args: args)
+    assert [p["prompt_token_ids"] for p in prompts] == [[1, 2, 3], [1, 2, 4, 5], [1, 2, 6]] * 2
+    assert loras == [("a", 1, "/a")] * 3 + [("b", 2, "/b")] * 3
+    base_prompts, base_loras = build_requests([1], [[2]], [], None)
+    assert base_prompts == [{"prompt_token_ids": [1, 2]}] and base_loras is None
+
+
+def test_prefix_cache_counts_reads_vllm_metrics() -> None:
+    metrics = [
+        FakeMetric("vllm:prefix_cache_queries", 1000.0),
+        FakeMetric("vllm:prefix_cache_hits", 880.0),
+        FakeMetric("vllm:external_prefix_cache_hits", 5.0),
+        FakeMetric("vllm:num_requests_running", 3.0),
+    ]
+    assert prefix_cache_counts(metrics) == (1000.0, 880.0)
+
+
+def test_vllm_refuses_more_labels_than_it_reports() -> None:
+    """vLLM returns at most 128 requested logprobs: a larger label set is a clear error before any
+    request is built (the hf engine takes up to MAX_LABELS)."""
+    from scoring.engines.vllm import VLLMEngine
+
+    engine = VLLMEngine.__new__(VLLMEngine)  # no engine start: the check needs none
+    with pytest.raises(ValueError, match="151 labels: vLLM returns at most 128"):
+        engine._sampling_params(list(range(151)))
