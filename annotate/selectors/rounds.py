@@ -7,6 +7,7 @@ import base64
 from dataclasses import dataclass
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
@@ -153,10 +154,10 @@ def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
     row = (
         Round.objects.filter(project=project, metrics__has_key="selection")
         .order_by("-number")
-        .values("number", "metrics", "strategy")
+        .values("number", "strategy", selection=KeyTransform("selection", "metrics"))
         .first()
     )
-    selection = (row["metrics"] or {}).get("selection") if row else None
+    selection = row["selection"] if row else None
     if row is None or not isinstance(selection, dict):
         return SelectionInCharge(
             round=latest["number"], in_charge=latest["strategy"] or "—", reason="", arms=[], from_selection=False

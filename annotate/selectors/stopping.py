@@ -251,8 +251,11 @@ def stopping_report(*, project: Project) -> StoppingReport:
     rows = Round.objects.filter(project=project, status=Round.Status.DONE).order_by("number")
     predictions: list[tuple[int, dict[int, int]]] = []
     gains: dict[int, RoundGain] = {}
-    for number, metrics in rows.values_list("number", "metrics"):
-        metrics = metrics if isinstance(metrics, dict) else {}
+    # Only the keys used (the page polls this every 2 s; the metrics also hold the SVG plots).
+    for number, *values in rows.values_list(
+        "number", "metrics__stop_set", "metrics__gain", "metrics__arms", "metrics__test_n"
+    ):
+        metrics = dict(zip(("stop_set", "gain", "arms", "test_n"), values, strict=True))
         stop = _stop_predictions(metrics)
         if stop is not None:
             predictions.append((number, stop))

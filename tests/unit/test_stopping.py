@@ -46,7 +46,7 @@ def test_kappa_between_rounds_on_label_ids_and_common_items() -> None:
     index = {17: 0, 42: 1, 99: 2}
     expected = cohen_kappa(np.array([index[now[i]] for i in ids]), np.array([index[before[i]] for i in ids]), 3)
     assert pair.n == 200 and pair.agreement == pytest.approx(190 / 200)
-    assert pair.kappa == pytest.approx(expected) and pair.kappa < STABLE_KAPPA
+    assert pair.kappa is not None and pair.kappa == pytest.approx(expected) and pair.kappa < STABLE_KAPPA
     assert pair_kappa(3, 2, before, before).kappa == 1.0
     assert pair_kappa(3, 2, {1: 17}, {2: 17}) == PairKappa(3, 2, None, None, 0)
 
