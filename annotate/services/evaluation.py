@@ -170,8 +170,10 @@ def round_evaluate_run(*, round_id: int) -> Round:
 def _evaluate(row: Round) -> None:
     started = time.perf_counter()
     test_ids, texts, y = loop_sel.test_items(project=row.project)
-    stop_ids = stop_set_draw(project=row.project, size=loop_options().stop_set_size)
-    stop_texts = loop_sel.stop_set_items(project=row.project)[1] if stop_ids else []
+    stop_ids: list[int] = []
+    stop_texts: list[str] = []
+    if stop_set_draw(project=row.project, size=loop_options().stop_set_size):  # drawn once, then read
+        stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids)}
     scores, p_stop = _score_sets(row, texts, y, stop_texts) if test_ids or stop_ids else ({}, np.empty((0, 0)))
