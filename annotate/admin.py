@@ -136,6 +136,14 @@ class GoldItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     raw_id_fields = ("item",)
 
 
+@admin.register(models.StopSetItem)
+class StopSetItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("item", "project")
+    list_filter = ("project",)
+    search_fields = ("item__external_id", "item__text")
+    raw_id_fields = ("item",)
+
+
 @admin.register(models.Calibration)
 class CalibrationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("id", "project", "status", "target", "cascade", "n_items", "created_at")

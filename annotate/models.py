@@ -441,6 +441,17 @@ class GoldItem(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
 
+class StopSetItem(models.Model):
+    """An item of the project's stop set: a fixed uniform sample of the non-test items, drawn once
+    (annotate/services/projects.py, ``stop_set_draw``). Every round's prod ensemble predicts it, and
+    Cohen's κ between consecutive rounds' predictions is the stabilizing-predictions stopping
+    criterion (Bloodgood & Vijay-Shanker 2009). Its items stay in the pool and may be labelled like
+    any other: the criterion needs the set fixed, not unlabelled."""
+
+    project = models.ForeignKey(Project, related_name="stop_set_items", on_delete=models.CASCADE)
+    item = models.OneToOneField(Item, related_name="stop_set", on_delete=models.CASCADE)
+
+
 class Calibration(models.Model):
     """A calibrator and per-class auto-accept thresholds fitted on human-labelled evaluation items for
     one (prompt hash, adapter set). ``fingerprint`` holds what the prompt hash is made of (tokenizer,
@@ -610,6 +621,7 @@ __all__ = [
     "Round",
     "ScoreShard",
     "Skip",
+    "StopSetItem",
     "WorkClaim",
     "WorkStatus",
 ]

@@ -122,9 +122,17 @@ def evaluate_adapters(
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Test-set metrics of the ensemble mean (accuracy, macro-F1, per class, confusion, ECE...) and
     the mean distribution itself."""
-    from scoring.signals import mean_distribution
     from training.evaluate import evaluate
 
-    result = engine.score(renderer, texts, adapters)
-    p_mean = mean_distribution(result.p)
+    p_mean = ensemble_mean(engine, renderer, texts, adapters)
     return evaluate(p_mean, np.asarray(y), label_names=list(label_names)), p_mean
+
+
+def ensemble_mean(
+    engine: Engine, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]
+) -> np.ndarray:
+    """The ensemble's mean distribution [N, C] over ``texts`` from one engine call (the evaluation
+    passes the test and stop-set texts together, so the prompt prefix is computed once for both)."""
+    from scoring.signals import mean_distribution
+
+    return mean_distribution(engine.score(renderer, texts, adapters).p)

@@ -9,7 +9,18 @@ import numpy as np
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from annotate.models import AdapterVersion, Annotation, BatchItem, GoldItem, Item, Label, Lease, Project, Round
+from annotate.models import (
+    AdapterVersion,
+    Annotation,
+    BatchItem,
+    GoldItem,
+    Item,
+    Label,
+    Lease,
+    Project,
+    Round,
+    StopSetItem,
+)
 from scoring.engines import AdapterRef, adapter_set_hash
 
 
@@ -99,6 +110,12 @@ def test_items(*, project: Project) -> tuple[list[int], list[str], np.ndarray]:
         .values_list("id", "text", "final_label_id")
     )
     return [r[0] for r in rows], [r[1] for r in rows], np.array([index[r[2]] for r in rows], dtype=np.int64)
+
+
+def stop_set_items(*, project: Project) -> tuple[list[int], list[str]]:
+    """The fixed stop set: ids (ascending) and texts, labelled or not."""
+    rows = list(StopSetItem.objects.filter(project=project).order_by("item_id").values_list("item_id", "item__text"))
+    return [r[0] for r in rows], [r[1] for r in rows]
 
 
 def labels_collected(*, round: Round) -> int:

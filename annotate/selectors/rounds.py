@@ -1,4 +1,5 @@
-"""Reads for the ML page: rounds with their progress counters, the learning curve, the test set."""
+"""Reads for the ML page: rounds with their progress counters, the learning curve, the test set, the
+selection strategy in charge."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 from dataclasses import dataclass
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
@@ -84,3 +86,91 @@ def latest_evaluation(*, project: Project) -> dict[str, object] | None:
         if reliability
         else None,
     }
+
+
+@dataclass(frozen=True)
+class StrategyArm:
+    """One arm of the selection portfolio as the ML page shows it: missing values are '—'."""
+
+    name: str
+    share: str  # of the batch
+    gain: str  # the arm's mean gain so far
+    n: str  # rounds (or batches) that gain is averaged over
+    in_charge: bool
+
+
+@dataclass(frozen=True)
+class SelectionInCharge:
+    round: int
+    in_charge: str  # the strategy in charge
+    reason: str  # why, in one sentence ("" when the round only names its strategy)
+    arms: list[StrategyArm]
+    from_selection: bool  # True: read from metrics["selection"]; False: the round's strategy field only
+    note: str = ""
+
+
+def _share(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{100 * float(value):.0f} %"
+    return "—"
+
+
+def _signed(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{float(value):+.3f}".replace("-", "\u2212")
+    return "—"
+
+
+def _portfolio_arms(selection: dict[str, object], in_charge: str) -> list[StrategyArm]:
+    raw_shares, raw_gains = selection.get("shares"), selection.get("gains")
+    shares = raw_shares if isinstance(raw_shares, dict) else {}
+    gains = raw_gains if isinstance(raw_gains, dict) else {}
+    arms = []
+    for name in sorted(set(shares) | set(gains), key=str):
+        gain = gains.get(name)
+        gain = gain if isinstance(gain, dict) else {}
+        n = gain.get("n")
+        arms.append(
+            StrategyArm(
+                name=str(name),
+                share=_share(shares.get(name)),
+                gain=_signed(gain.get("mean")),
+                n=str(int(n)) if isinstance(n, int | float) and not isinstance(n, bool) else "—",
+                in_charge=str(name) == in_charge,
+            )
+        )
+    return arms
+
+
+def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
+    """Which selection strategy is in charge and why: ``metrics["selection"]`` of the newest round
+    that has it (written by the adaptive portfolio strategy: in_charge, shares, gains, reason), read
+    defensively (a missing or malformed value shows as "—"); without one, the newest round's
+    ``strategy``. A newer round that chose another strategy is named in ``note``. None before the
+    first round."""
+    latest = Round.objects.filter(project=project).order_by("-number").values("number", "strategy").first()
+    if latest is None:
+        return None
+    row = (
+        Round.objects.filter(project=project, metrics__has_key="selection")
+        .order_by("-number")
+        .values("number", "strategy", selection=KeyTransform("selection", "metrics"))
+        .first()
+    )
+    selection = row["selection"] if row else None
+    if row is None or not isinstance(selection, dict):
+        return SelectionInCharge(
+            round=latest["number"], in_charge=latest["strategy"] or "—", reason="", arms=[], from_selection=False
+        )
+    in_charge = str(selection.get("in_charge") or row["strategy"] or "—")
+    note = ""
+    if latest["number"] > row["number"]:
+        note = f"Round {latest['number']} (newer) has strategy {latest['strategy'] or '—'} and no portfolio record yet."
+    return SelectionInCharge(
+        round=row["number"],
+        in_charge=in_charge,
+        reason=str(selection.get("reason") or "—"),
+        arms=_portfolio_arms(selection, in_charge),
+        from_selection=True,
+        note=note,
+    )

@@ -1,7 +1,8 @@
 """The evaluation step of a round (evaluating → done), held as the round's ``evaluate`` unit by one
 live worker: the fixed random test set scored by the new prod ensemble, the scratch member and the
 arms; accuracy, macro-F1, per-class, confusion, ECE + reliability, Cohen's κ model-vs-human next to
-human-human; the learning-curve points and SVG; the round's cost.
+human-human; the prod ensemble's predictions on the fixed stop set (the stopping criterion's input);
+the learning-curve points and SVG; the round's cost.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from django.db import transaction
 from django.db.models import Sum
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import loop_config, loop_options
 from annotate.models import AdapterVersion, Annotation, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
+from annotate.services.projects import stop_set_draw
 from annotate.services.round_state import S, add_cost, read_plan, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
@@ -62,6 +64,11 @@ def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarra
         return {}
     n_labels = int(AdapterVersion.objects.get(round=row, arm="random", k=0).n_labels)
     correct = {arm: scores[arm][1].argmax(axis=1) == y for arm in ("active", "random")}
+    # The discordant items carry all of the paired evidence: the rest are right or wrong for both.
+    discordant = {
+        "active_only_correct": int((correct["active"] & ~correct["random"]).sum()),
+        "random_only_correct": int((correct["random"] & ~correct["active"]).sum()),
+    }
     gain = gain_with_uncertainty(
         scores["active"][0]["accuracy"],
         scores["random"][0]["accuracy"],
@@ -75,25 +82,38 @@ def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarra
             arm: {"accuracy": scores[arm][0]["accuracy"], "macro_f1": scores[arm][0]["macro_f1"], "labels": n_labels}
             for arm in ("active", "random")
         },
-        "gain": gain,
+        "gain": {**gain, **discordant, "n": len(y)},
         "gain_text": gain["sentence"],
     }
 
 
-def _score_sets(row: Round, texts: list[str], y: np.ndarray) -> dict[str, tuple[dict[str, Any], np.ndarray]]:
+def _score_sets(
+    row: Round, texts: list[str], y: np.ndarray, stop_texts: list[str]
+) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray]:
     """Metrics and mean distribution per adapter set: prod (the ensemble), prod0 (its first member
-    alone), and where trained: scratch, active, random."""
+    alone), and where trained: scratch, active, random (none without test items); and the prod
+    ensemble's mean distribution on the stop set, scored in the same engine call as its test set so
+    the prompt prefix is computed once for both."""
+    from training.evaluate import evaluate
+
     config = loop_config(row.project)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     engine = ensemble.make_engine(config)
     names = loop_sel.label_names(project=row.project)
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
+    p_stop = np.empty((0, len(names)))
     by_arm: dict[str, list[AdapterVersion]] = {}
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
         by_arm.setdefault(adapter.arm, []).append(adapter)
     for arm, adapters in by_arm.items():
-        metrics, p_mean = ensemble.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(adapters), names)
-        out[arm] = (metrics, p_mean)
+        refs = loop_sel.adapter_refs(adapters)
+        if arm == AdapterVersion.Arm.PROD:
+            p_all = ensemble.ensemble_mean(engine, renderer, [*texts, *stop_texts], refs)
+            p_mean, p_stop = p_all[: len(texts)], p_all[len(texts) :]
+            if texts:
+                out[arm] = (evaluate(p_mean, y, label_names=names), p_mean)
+        elif texts:
+            out[arm] = ensemble.evaluate_adapters(engine, renderer, texts, y, refs, names)
     if "scratch" in out and len(by_arm["prod"]) > 1:
         metrics, p_mean = ensemble.evaluate_adapters(
             engine, renderer, texts, y, loop_sel.adapter_refs(by_arm["prod"][:1]), names
@@ -101,7 +121,15 @@ def _score_sets(row: Round, texts: list[str], y: np.ndarray) -> dict[str, tuple[
         out["prod0"] = (metrics, p_mean)
     elif "scratch" in out:
         out["prod0"] = out["prod"]
-    return out
+    return out, p_stop
+
+
+def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:
+    """The prod ensemble's argmax on the stop set as label ids (stable across a reordering of the
+    label set), aligned with the item ids: what κ between this round and the next is computed from
+    (annotate/selectors/stopping.py)."""
+    label_ids = {i: label_id for label_id, i in loop_sel.label_index(project=row.project).items()}
+    return {"item_ids": stop_ids, "labels": [label_ids[int(i)] for i in p_stop.argmax(axis=1)]}
 
 
 def _points(row: Round, metrics: dict[str, Any], labels_used: int) -> list[dict[str, Any]]:
@@ -142,10 +170,16 @@ def round_evaluate_run(*, round_id: int) -> Round:
 def _evaluate(row: Round) -> None:
     started = time.perf_counter()
     test_ids, texts, y = loop_sel.test_items(project=row.project)
+    stop_ids: list[int] = []
+    stop_texts: list[str] = []
+    if stop_set_draw(project=row.project, size=loop_options().stop_set_size):  # drawn once, then read
+        stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids)}
+    scores, p_stop = _score_sets(row, texts, y, stop_texts) if test_ids or stop_ids else ({}, np.empty((0, 0)))
+    if stop_ids:
+        metrics["stop_set"] = _stop_predictions(row, stop_ids, p_stop)
     if test_ids:
-        scores = _score_sets(row, texts, y)
         prod, p_prod = scores["prod"]
         n_classes = p_prod.shape[1]
         metrics = {

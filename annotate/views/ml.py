@@ -1,4 +1,5 @@
-"""ML staff page: rounds with live progress, start/retrain requests, learning curve, test set.
+"""ML staff page: rounds with live progress, start/retrain requests, learning curve, test set, the
+selection strategy in charge, and the stopping evidence (a recommendation; nothing stops the loop).
 
 The live part (round table, learning curve, latest evaluation) is one polled region: it refreshes
 every 2 s while a round is active, and its last answer (the round done) carries the new curve, so the
@@ -17,6 +18,7 @@ from annotate.forms_setup import RoundStartForm
 from annotate.models import Project
 from annotate.roles import ML, role_required
 from annotate.selectors import rounds as rounds_sel
+from annotate.selectors import stopping as stopping_sel
 from annotate.selectors.progress import batch_status, labeling_round
 from annotate.selectors.round_display import next_step_sentence, round_views
 from annotate.services.rounds import RoundError, round_request_retrain, round_request_start
@@ -31,6 +33,8 @@ def _live_context(project: Project, **extra: object) -> dict[str, object]:
         "test_set": rounds_sel.test_set_status(project=project),
         "curve_uri": rounds_sel.learning_curve_data_uri(project=project),
         "evaluation": rounds_sel.latest_evaluation(project=project),
+        "stopping": stopping_sel.stopping_report(project=project),
+        "selection": rounds_sel.selection_in_charge(project=project),
         "n_rounds": len(rounds),
         **extra,
     }

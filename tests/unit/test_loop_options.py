@@ -32,3 +32,10 @@ def test_the_setting_is_parsed_once_per_value(settings: Any) -> None:
     assert first.max_context == 99 and loop_options() is first
     settings.LOOP_OPTIONS = {"profile": "cpu", "max_context": 77}  # the simulation overrides it per job
     assert loop_options().max_context == 77
+
+
+def test_the_stop_set_size_defaults_to_500_and_zero_turns_it_off() -> None:
+    assert parse_loop_options({"profile": "cpu"}).stop_set_size == 500
+    assert parse_loop_options({"profile": "gpu", "stop_set_size": 0}).stop_set_size == 0
+    with pytest.raises(ValueError, match="stop_set_size must be 0 .off. or positive"):
+        parse_loop_options({"profile": "cpu", "stop_set_size": -1})
