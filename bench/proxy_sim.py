@@ -78,7 +78,7 @@ def main() -> int:
                 append_records(args.out, records)
                 last = records[-1]
                 print(
-                    f"  {strategy:>16} s{seed}: {last['labels']} labels, {last['accuracy']:.1f} %, "
+                    f"  {strategy:>16} s{seed}: {last['labels']} labels, {100 * last['accuracy']:.1f} %, "
                     f"{time.perf_counter() - t1:.0f} s",
                     flush=True,
                 )
