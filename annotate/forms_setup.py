@@ -387,6 +387,7 @@ STRATEGY_NAMES = {
     "uncertainty-only": "uncertainty only (top scores)",
     "kcenter-only": "diversity only (k-center, no scoring)",
     "margin-kcenter": "margin top-M then k-center (the wave-1 default)",
+    "portfolio": "portfolio: margin, soft-rank and random, the batch shifted to whichever measures best here",
 }
 
 

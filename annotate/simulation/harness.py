@@ -322,8 +322,28 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "review_bucket": metrics.get("review_bucket", 0),
         "sources": sources,
         "arms": metrics.get("arms"),
+        "selection": {k: v for k, v in (metrics.get("selection") or {}).items() if k != "picks"} or None,
+        "stop_kappa": _stop_kappa(row),
         "batch_ids": [external_id for external_id, _ in batch],
     }
+
+
+def _stop_kappa(row: Round) -> float | None:
+    """κ of this round's stop-set predictions against the previous round's (the stopping criterion's
+    signal, so a curve shows where the ML page would have said "you can stop here")."""
+    from annotate.selectors.stopping import pair_kappa
+
+    before = Round.objects.filter(project=row.project, number=row.number - 1).values_list("metrics", flat=True).first()
+    now, prev = (row.metrics or {}).get("stop_set"), (before or {}).get("stop_set")
+    if not now or not prev:
+        return None
+    kappa = pair_kappa(
+        row.number,
+        row.number - 1,
+        dict(zip(now["item_ids"], now["labels"], strict=True)),
+        dict(zip(prev["item_ids"], prev["labels"], strict=True)),
+    ).kappa
+    return None if kappa is None else round(float(kappa), 4)
 
 
 def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:

@@ -75,6 +75,14 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
             # Round 2 is the strategy's own pick, by the round service: scored only when it reads scores.
             assert (second["items_scored"] > 0) == (strategy in NEEDS_SCORES), second
             assert set(second["sources"]) <= ({"random"} if strategy == "random" else {"active", "random"})
+            # The stopping signal from round 2 on; the portfolio's split where it chose the batch.
+            assert first["stop_kappa"] is None and second["stop_kappa"] is not None, second
+            assert -1.0 <= second["stop_kappa"] <= 1.0
+            if strategy == "portfolio":
+                assert second["selection"]["reason"].startswith("gathering evidence"), second["selection"]
+                assert set(second["selection"]["shares"]) == {"margin", "softrank", "random"}
+            else:
+                assert second["selection"] is None
     paired = {r["seed"]: r["batch_ids"] for r in rounds if r["round"] == 1 and r["strategy"] == "active"}
     assert all(r["batch_ids"] == paired[r["seed"]] for r in rounds if r["round"] == 1)  # the same seed set
     (full,) = [r for r in records if r["strategy"] == "full-data"]
