@@ -215,8 +215,9 @@ def test_every_strategy_returns_a_valid_batch(name: str) -> None:
     committee = np.stack([u, 1 - u], axis=1)
     shares = {"margin": 0.4, "softrank": 0.3, "random": 0.3}
     sel = select_strategy(
-        name, u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee, shares=shares
-    )  # type: ignore[arg-type]
+        name,  # type: ignore[arg-type]
+        u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee, shares=shares,
+    )  # fmt: skip
     assert isinstance(sel, Selection)
     assert len(np.unique(sel.indices)) == 8
     if name == "uncertainty-only":
