@@ -247,7 +247,7 @@ def paired_table(rows: Sequence[dict[str, str]]) -> str:
 
 
 def strategy_order(name: str) -> tuple[int, str]:
-    order = ("active", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
+    order = ("active", "portfolio", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
     return (order.index(name) if name in order else len(order), name)
 
 

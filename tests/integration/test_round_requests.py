@@ -22,7 +22,7 @@ from annotate.services.rounds import UnknownStrategyError, round_request_start
 
 pytestmark = pytest.mark.django_db
 
-ALLOWED = "active, random, uncertainty-only, kcenter-only, margin-kcenter"
+ALLOWED = "active, random, uncertainty-only, kcenter-only, margin-kcenter, portfolio"
 
 
 @pytest.fixture

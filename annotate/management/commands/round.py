@@ -8,7 +8,8 @@ run-sync  run the current round's steps in this process, no broker (a labeling r
 resume    re-enqueue what the project's active rounds still need (after a worker died)
 
 --strategy picks the new round's selection (start, and run-sync when it starts one): active (the
-default), random, uncertainty-only or kcenter-only. A cold-start round is always random.
+default), random, uncertainty-only, kcenter-only, margin-kcenter or portfolio. A cold-start round is
+always random.
 """
 
 from __future__ import annotations

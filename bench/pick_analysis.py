@@ -1,0 +1,156 @@
+"""What each strategy picked: the batches of simulation records (their ``batch_ids``) against the data.
+
+    .venv/bin/python bench/pick_analysis.py bench/gpu-results/sim6-records-2026-12-01.jsonl \
+        --out bench/gpu-results/picks-sim6-2026-12-01.md
+
+For every (data set, strategy), over the rounds after the cold start and every seed, per picked item:
+- class mix: the entropy of the picks' gold classes over log(C) (1 = uniform over the classes), and
+  the share of picks in the pool's rarest half of the classes next to that half's share of the pool;
+- length: mean words of the picked texts (the pool's mean beside it);
+- near-duplicates: the share of picks within 0.95 cosine (MiniLM) of an item labelled before them
+  or picked earlier in the same batch;
+- hardness: the accuracy, on the round's picks, of the cheap proxy (scoring.proxy) trained on the
+  job's labels before that round — low = the strategy picked items the current labels do not explain
+  (informative, or mislabelled);
+- gold agreement with the proxy's confident predictions: the share of picks where the proxy (p ≥ 0.9)
+  and the gold label disagree — a hint of label noise being selected.
+
+Plain numpy + the app's embedding cache (var/embeddings by default); reads the data from
+../shared/data. The output records the inputs and the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scoring.proxy import fit_proxy  # noqa: E402
+
+NEAR = 0.95
+
+
+def _rows(path: Path) -> list[tuple[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return [(r["text"], r["label"]) for r in csv.DictReader(f)]
+
+
+def analyse(records: list[dict[str, Any]], data_dir: Path, embed: Any) -> list[dict[str, Any]]:
+    out = []
+    by_set: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("batch_ids") and r.get("strategy") != "full-data":
+            by_set[r["data"]].append(r)
+    for name in sorted(by_set):
+        train = _rows(data_dir / name / "train.csv")
+        classes = sorted({y for _, y in train})
+        index = {c: i for i, c in enumerate(classes)}
+        c = len(classes)
+        needed = sorted({int(i.split("-")[1]) for r in by_set[name] for i in r["batch_ids"]})
+        rows = {i: train[i] for i in needed}
+        vecs = embed([rows[i][0] for i in needed])
+        emb = {i: vecs[k] for k, i in enumerate(needed)}
+        counts = np.bincount([index[y] for _, y in train], minlength=c)
+        rare = set(np.argsort(counts, kind="stable")[: max(1, c // 2)].tolist())
+        rare_pool = float(counts[list(rare)].sum() / counts.sum())
+        pool_words = float(np.mean([len(t.split()) for t, _ in train]))
+        jobs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        for r in by_set[name]:
+            jobs[(r["strategy"], int(r["seed"]))].append(r)
+        stats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for (strategy, _seed), rounds in sorted(jobs.items()):
+            labelled: list[int] = []
+            for r in sorted(rounds, key=lambda r: r["round"]):
+                picks = [int(i.split("-")[1]) for i in r["batch_ids"]]
+                if r["round"] > 1 and labelled:
+                    s = stats[strategy]
+                    y = np.array([index[rows[i][1]] for i in picks])
+                    s["entropy"].append(_entropy(np.bincount(y, minlength=c)) / np.log(c))
+                    s["rare"].extend(float(v in rare) for v in y)
+                    s["words"].extend(len(rows[i][0].split()) for i in picks)
+                    seen = np.stack([emb[i] for i in labelled])
+                    for i in picks:
+                        s["dup"].append(float((seen @ emb[i]).max() > NEAR))
+                        seen = np.vstack([seen, emb[i][None]])
+                    ly = np.array([index[rows[i][1]] for i in labelled])
+                    p = fit_proxy(np.stack([emb[i] for i in labelled]), ly, c).predict_proba(
+                        np.stack([emb[i] for i in picks])
+                    )
+                    s["hard"].extend((p.argmax(1) == y).astype(float))
+                    s["conflict"].extend(((p.max(1) >= 0.9) & (p.argmax(1) != y)).astype(float))
+                labelled += picks
+        for strategy, s in sorted(stats.items()):
+            out.append(
+                {
+                    "data": name,
+                    "strategy": strategy,
+                    "picks": len(s["words"]),
+                    "class_entropy": float(np.mean(s["entropy"])),
+                    "rare_share": float(np.mean(s["rare"])),
+                    "rare_pool": rare_pool,
+                    "words": float(np.mean(s["words"])),
+                    "pool_words": pool_words,
+                    "near_dup": float(np.mean(s["dup"])),
+                    "proxy_acc": float(np.mean(s["hard"])),
+                    "confident_conflict": float(np.mean(s["conflict"])),
+                }
+            )
+    return out
+
+
+def _entropy(counts: np.ndarray) -> float:
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| data | strategy | picks | class entropy / log C | rarest-half share (pool) | words (pool) "
+        "| near-dup % | proxy acc on picks % | confident proxy ≠ gold % |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(
+        f"| {r['data']} | {r['strategy']} | {r['picks']} | {r['class_entropy']:.3f} | "
+        f"{100 * r['rare_share']:.1f} ({100 * r['rare_pool']:.1f}) | {r['words']:.1f} ({r['pool_words']:.1f}) | "
+        f"{100 * r['near_dup']:.1f} | {100 * r['proxy_acc']:.1f} | {100 * r['confident_conflict']:.1f} |\n"
+        for r in rows
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("records", type=Path, nargs="+")
+    ap.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    from scoring.bundled import encoder_path
+    from scoring.cache import text_hash
+    from scoring.embeddings import EmbeddingCache
+
+    cache = EmbeddingCache(args.cache, encoder_path(None))
+    records = [json.loads(line) for p in args.records for line in p.read_text().splitlines() if line.strip()]
+    rows = analyse(records, args.data_dir, lambda texts: cache.embed(texts, [text_hash(t) for t in texts]))
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    made_by = sorted({str(r.get("commit", ""))[:7] for r in records})
+    text = (
+        f"Picks of {', '.join(str(p) for p in args.records)} (runs made at commit {', '.join(made_by)}), "
+        f"analysed at {commit.stdout.strip()} by `{' '.join(sys.argv)}`.\n\n" + table(rows)
+    )
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
