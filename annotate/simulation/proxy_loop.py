@@ -38,6 +38,7 @@ Log = Callable[[str], None]
 @dataclass(frozen=True)
 class ProxyData:
     name: str
+    pool_rows: np.ndarray  # int64[N]: each pool item's row in train.csv (record ids "train-<row>")
     pool_x: np.ndarray  # float32[N, d] unit rows
     pool_y: np.ndarray  # int64[N]
     test_x: np.ndarray
@@ -73,6 +74,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
     gen = np.random.default_rng([seed, STRATEGIES.index(strategy)])
     out: list[dict[str, Any]] = []
     round_no = 1
+    batch = list(labelled)  # what this round added: the seed set, then each round's picks
     while True:
         started = time.perf_counter()
         model = fit_proxy(data.pool_x[labelled], data.pool_y[labelled], c)
@@ -85,6 +87,8 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             "labels": len(labelled),
             "accuracy": round(acc, 5),  # a fraction, as the harness records it
             "learner": "proxy",
+            "batch": len(batch),
+            "batch_ids": [f"train-{int(data.pool_rows[i])}" for i in batch],
             "commit": spec.commit,
             "loop_options": {"batch": b, "random_share": spec.random_share, **spec.options},
         }
@@ -115,7 +119,8 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
         arms = sel.arms or tuple("random" if r else "active" for r in sel.is_random)
         for pos, arm in zip(sel.indices, arms, strict=True):
             arm_of[int(eligible[pos])] = arm
-        labelled += [int(eligible[pos]) for pos in sel.indices]
+        batch = [int(eligible[pos]) for pos in sel.indices]
+        labelled += batch
         _timed(record, started)
         out.append(record)
         round_no += 1
@@ -147,14 +152,16 @@ def load_data(
 ) -> ProxyData:
     """train.csv → pool (optionally a fixed sample, like the harness's), test.csv → test, embedded."""
     train, test = _rows(data_dir / "train.csv"), _rows(data_dir / "test.csv")
+    keep = list(range(len(train)))
     if 0 < pool_sample < len(train):  # the harness's sample (its POOL_SAMPLE_SEED is 0 too)
-        keep = sorted(np.random.default_rng(0).choice(len(train), size=pool_sample, replace=False))
-        train = [train[int(i)] for i in keep]
+        keep = sorted(int(i) for i in np.random.default_rng(0).choice(len(train), size=pool_sample, replace=False))
+        train = [train[i] for i in keep]
     names = sorted({label for _, label in train})
     index = {label: i for i, label in enumerate(names)}
     test = [(t, y) for t, y in test if y in index]
     return ProxyData(
         name=name,
+        pool_rows=np.asarray(keep, dtype=np.int64),
         pool_x=embed([t for t, _ in train]),
         pool_y=np.array([index[y] for _, y in train], np.int64),
         test_x=embed([t for t, _ in test]),
