@@ -103,6 +103,12 @@ def loop_options() -> LoopOptions:
     return _PARSED[key]
 
 
+def stop_set_size() -> int:
+    """The stop-set loop option alone, without resolving the profile (that asks torch for a GPU): the
+    web process reads it for the ML page and must never load torch."""
+    return _non_negative(dict(getattr(settings, "LOOP_OPTIONS", None) or {}), "stop_set_size", DEFAULT_STOP_SET_SIZE)
+
+
 def model_dir_of(project: Project) -> str:
     return project.model_dir or str(settings.LLM_DIR)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from annotate.loopconfig import loop_options
+from annotate.loopconfig import stop_set_size
 from annotate.models import Project, Round, StopSetItem
 from annotate.selectors.agreement import cohen_kappa
 
@@ -265,7 +265,7 @@ def stopping_report(*, project: Project) -> StoppingReport:
     pairs = consecutive_kappas(predictions)
     latest_gain = gains[max(gains)] if gains else None
     can_stop, missing, sentence = recommend(pairs, latest_gain)
-    enabled = loop_options().stop_set_size > 0
+    enabled = stop_set_size() > 0
     if not enabled and not predictions:
         missing = ["the stop set is off (loop option stop_set_size = 0)", *missing[1:]]
         sentence = "Not yet: " + "; ".join(missing) + "."

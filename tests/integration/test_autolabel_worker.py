@@ -32,8 +32,14 @@ def expected_rows(project: Any, item_ids: list[int]) -> dict[int, tuple[int, flo
 
 
 def test_a_killed_worker_resumes_to_identical_rows_and_a_rerun_is_a_no_op(
-    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
+    # The worker stalls in the second shard after its first chunk (annotate/testhooks.py): the kill
+    # lands mid-shard however fast the machine is (every other chunk and shard runs through).
+    stall_dir = tmp_path / "stalls"
+    stall_dir.mkdir()
+    monkeypatch.setenv("ALANN_TEST_STALL", "autolabel")
+    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, pool=136)
         workers.start("a")
@@ -41,12 +47,16 @@ def test_a_killed_worker_resumes_to_identical_rows_and_a_rerun_is_a_no_op(
         calibration = auto.calibration_request(project=project, cascade="agreement")
         wait_for(lambda: Calibration.objects.get(id=calibration.id).status == "done", 240, "the calibration")
 
+        for shard in (0, *range(2, 64)):  # only shard 1 stalls (a marker says "already passed")
+            (stall_dir / f"autolabel-{shard}").touch()
         run = auto.run_request(project=project, max_shards_in_flight=1, chunk_size=4, shard_items=20)
 
         def items_done() -> int:
             return int(AutolabelRun.objects.values_list("items_done", flat=True).get(id=run.id))
 
-        wait_for(lambda: items_done() >= 24, 240, "the run to be past its first shard")
+        wait_for(lambda: (stall_dir / "autolabel-1").exists(), 240, "the worker to stall in shard 1")
+        first = AutolabelShard.objects.get(run=run, shard=0)
+        assert first.status == "done" and items_done() == first.n_items + 4  # shard 0, then one chunk of 1
         workers.kill("a")
         frozen = AutolabelRun.objects.get(id=run.id)
         assert frozen.status == "running" and frozen.items_done < frozen.n_items == 120
