@@ -29,8 +29,9 @@ def _commit() -> str:
     if os.environ.get("ALANN_COMMIT"):
         return os.environ["ALANN_COMMIT"]
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    code = ["--", ".", ":!bench/proxy-results", ":!bench/gpu-results"]  # results are not code
     dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", *code], capture_output=True, text=True
     )
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 

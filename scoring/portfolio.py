@@ -7,13 +7,15 @@ few rules (ARMS) and splits the non-random part of every batch among them by the
 labels they have already brought (active learning by learning, Hsu & Lin 2015), measured with the
 cheap proxy (scoring.proxy, Selection-via-Proxy, Coleman et al. 2020):
 
-- **The evidence.** Every arm's past picks, now labelled, are a training set of its own. For each arm
-  a proxy is trained on the common seed set plus ``m`` of that arm's picks (the same ``m`` for every
-  arm: the fewest any arm has) and scored on labelled items drawn *uniformly* from the pool (the
-  random slices), which no arm chose, so the comparison is unbiased. The random arm's own picks are
-  those uniform items, so they are split each repeat: half trains the random arm, the other half is
-  the evaluation set for every arm that repeat. ``gain`` is an arm's accuracy minus the random
-  arm's, in points, averaged over repeats (paired: same evaluation items, same seed set).
+- **The evidence.** Every labelled item remembers the arm that picked it. What an arm's picks are
+  worth is measured the way they are used — inside the whole labelled set, not alone (a set of
+  boundary items alone trains a worse model than a uniform sample; added to the rest it trains a
+  better one): the proxy is trained on all the labels less ``m`` of the arm's picks, and on all the
+  labels less ``m`` uniform ones (the same ``m`` for every arm: the fewest any arm has), and both
+  are scored on labelled items drawn *uniformly* from the pool (half the random slices, held out of
+  both), which no arm chose, so the comparison is unbiased. ``gain`` is the second accuracy minus
+  the first, in points, averaged over repeats: positive when losing the arm's picks hurts more than
+  losing as many uniform labels (paired: same evaluation items, same training set size).
 - **The split.** Each arm's share of the batch is the probability that it is the best arm, under a
   normal posterior of its gain (mean, standard error over the repeats): Thompson-style, so a close
   call stays mixed and a clear winner takes most of the batch; every arm keeps MIN_SHARE so its
@@ -72,34 +74,36 @@ def estimate_gains(
     picks: Mapping[str, tuple[np.ndarray, np.ndarray]],
     n_classes: int,
     rng: np.random.Generator,
+    other: tuple[np.ndarray, np.ndarray] | None = None,
     repeats: int = REPEATS,
 ) -> dict[str, ArmGain]:
-    """Each arm's paired gain over random (see the module docstring). ``seed_x/y``: the cold-start
-    labels every arm shares; ``uniform_x/y``: labelled items drawn uniformly from the pool (the random
-    slices and the random arm's picks); ``picks``: arm → its labelled picks (x, y), ``random`` left out
-    (its picks are the uniform items)."""
+    """Each arm's paired gain over random (see the module docstring): what taking ``m`` of the arm's
+    picks *out of* the labelled set costs the proxy, minus what taking ``m`` uniform items out costs.
+    ``seed_x/y``: the cold-start labels; ``uniform_x/y``: labelled items drawn uniformly from the pool
+    (the random slices and the random arm's picks); ``picks``: arm → its labelled picks (x, y),
+    ``random`` left out (its picks are the uniform items); ``other``: labels other strategies picked
+    (they stay in every training set, as they stay in the model's)."""
     arms = [a for a in picks if a != "random"]
     n_uniform = len(uniform_y)
     m = min([len(picks[a][1]) for a in arms] + [n_uniform // 2])
     if m < MIN_EVIDENCE or not arms:
         return {a: ArmGain(None, None, m) for a in (*arms, "random")}
+    dim = uniform_x.shape[1]
+    ox, oy = other if other is not None and len(other[1]) else (np.zeros((0, dim)), np.zeros(0, np.int64))
     diffs: dict[str, list[float]] = {a: [] for a in arms}
     for _ in range(repeats):
         order = rng.permutation(n_uniform)
-        train_u, evaluate = order[:m], order[m:]
+        evaluate, kept = order[: n_uniform // 2], order[n_uniform // 2 :]
         ex, ey = uniform_x[evaluate], uniform_y[evaluate]
-        base = _accuracy(
-            np.concatenate([seed_x, uniform_x[train_u]]),
-            np.concatenate([seed_y, uniform_y[train_u]]),
-            ex,
-            ey,
-            n_classes,
-        )
+        parts = {"seed": (seed_x, seed_y), "other": (ox, oy), "random": (uniform_x[kept], uniform_y[kept])}
+        parts.update({a: picks[a] for a in arms})
+        drops = {a: rng.choice(len(parts[a][1]), size=m, replace=False) for a in (*arms, "random")}
+
+        # Same size either way: all labels less m uniform ones, against all labels less m of the arm's.
+        # Positive: the arm's picks are worth more to the model than as many uniform labels.
+        no_random = _accuracy_without(parts, drops, "random", ex, ey, n_classes)
         for a in arms:
-            px, py = picks[a]
-            take = rng.choice(len(py), size=m, replace=False)
-            acc = _accuracy(np.concatenate([seed_x, px[take]]), np.concatenate([seed_y, py[take]]), ex, ey, n_classes)
-            diffs[a].append(100.0 * (acc - base))
+            diffs[a].append(100.0 * (no_random - _accuracy_without(parts, drops, a, ex, ey, n_classes)))
     out = {a: ArmGain(float(np.mean(d)), float(np.std(d, ddof=1) / np.sqrt(len(d))), m) for a, d in diffs.items()}
     out["random"] = ArmGain(0.0, 0.0, m)
     return out
@@ -174,6 +178,23 @@ def _leader(shares: Mapping[str, float]) -> str:
     return max(shares, key=lambda a: (shares[a], a == "random"))  # a tie goes to random
 
 
+def _accuracy_without(
+    parts: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    drops: Mapping[str, np.ndarray],
+    arm: str,
+    ex: np.ndarray,
+    ey: np.ndarray,
+    n_classes: int,
+) -> float:
+    """The proxy's accuracy on (ex, ey) trained on every part, less the ``drops[arm]`` rows of ``arm``."""
+    xs, ys = [], []
+    for name, (x, y) in parts.items():
+        keep = np.setdiff1d(np.arange(len(y)), drops[name]) if name == arm else np.arange(len(y))
+        xs.append(x[keep])
+        ys.append(y[keep])
+    return _accuracy(np.concatenate(xs), np.concatenate(ys), ex, ey, n_classes)
+
+
 def _accuracy(x: np.ndarray, y: np.ndarray, ex: np.ndarray, ey: np.ndarray, n_classes: int) -> float:
     return float((fit_proxy(x, y, n_classes).predict_proba(ex).argmax(axis=1) == ey).mean())
 
@@ -192,6 +213,7 @@ def split_labels(x: np.ndarray, y: np.ndarray, arms: Sequence[str], n_classes: i
 
     seed_x, seed_y = rows("seed")
     uniform_x, uniform_y = rows("random")
+    rest = np.flatnonzero(~np.isin(tags, ["seed", "random", *ARMS]))
     gains = estimate_gains(
         seed_x=seed_x,
         seed_y=seed_y,
@@ -200,5 +222,6 @@ def split_labels(x: np.ndarray, y: np.ndarray, arms: Sequence[str], n_classes: i
         picks={arm: rows(arm) for arm in ARMS if arm != "random"},
         n_classes=n_classes,
         rng=rng,
+        other=(x[rest], y[rest]),
     )
     return split(gains, rng)

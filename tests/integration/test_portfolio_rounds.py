@@ -51,7 +51,7 @@ def test_portfolio_split_reads_each_items_arm_from_the_rounds() -> None:
     out = portfolio_split(round=rounds[4], labeled=labeled, labeled_emb=x, n_classes=3)
 
     assert {a: g.n for a, g in out.gains.items()} == {"margin": 30, "softrank": 30, "random": 30}
-    assert out.gains["softrank"].mean is not None and out.gains["softrank"].mean < -20
+    assert out.gains["softrank"].mean is not None and out.gains["softrank"].mean < -1
     assert out.shares["softrank"] == pytest.approx(MIN_SHARE, abs=0.02) and out.in_charge != "softrank"
     again = portfolio_split(round=rounds[4], labeled=labeled, labeled_emb=x, n_classes=3)
     assert again.shares == out.shares  # seeded by the round: a replayed selection splits the same
