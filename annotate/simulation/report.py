@@ -367,11 +367,13 @@ def write_report(
     out_dir: Path,
     plots_dir: Path | None = None,
     baselines: Path | None = DEFAULT_BASELINES,
+    drop: Sequence[str] = (),
 ) -> str:
     """The table (printed and written to OUT/report.md) and one PNG per data set, written to OUT and
-    copied to ``plots_dir``. Returns the markdown."""
+    copied to ``plots_dir``. ``drop``: "strategy@commit-prefix" entries whose records are left out (a
+    strategy re-run by newer code, its old records kept in the same file). Returns the markdown."""
     paths = [records_path] if isinstance(records_path, Path) else list(records_path)
-    records = load_records(paths)
+    records = [r for r in load_records(paths) if not _dropped(r, drop)]
     base = baseline_rows(baselines)
     text = "\n\n".join(
         [
@@ -394,16 +396,25 @@ def write_report(
     return text
 
 
+def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
+    for entry in drop:
+        strategy, _, commit = entry.partition("@")
+        if record.get("strategy") == strategy and str(record.get("commit", "")).startswith(commit):
+            return True
+    return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="records.jsonl files or folders holding one")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: the first input's)")
     parser.add_argument("--plots-dir", type=Path, default=ROOT / "bench" / "plots")
     parser.add_argument("--baselines", type=Path, default=DEFAULT_BASELINES)
+    parser.add_argument("--drop", action="append", default=[], help="STRATEGY@COMMIT: leave those records out")
     args = parser.parse_args()
     first = args.inputs[0]
     out = args.out or (first if first.is_dir() else first.parent)
-    print(write_report(args.inputs, out_dir=out, plots_dir=args.plots_dir, baselines=args.baselines))
+    print(write_report(args.inputs, out_dir=out, plots_dir=args.plots_dir, baselines=args.baselines, drop=args.drop))
 
 
 if __name__ == "__main__":
