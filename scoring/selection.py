@@ -241,14 +241,7 @@ def select_committee(
     the committee's uncertainty (1 - margin of ``committee_p``), skipping any draw within
     NEAR_DUPLICATE cosine of a labeled item or of an item already in the batch; if that leaves the
     batch short (a pool of near-duplicates), the skipped draws fill it in draw order."""
-    p = np.asarray(committee_p, dtype=np.float64)
-    x = _unit_np(_as_matrix(emb, "emb"))
-    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
-    if p.ndim != 2 or len(p) != len(x) or not np.isfinite(p).all():
-        raise SelectionInputError(f"committee_p must be a finite [N, C] matching emb's {len(x)} rows, got {p.shape}")
-    _check_b(b, len(x))
-    if not 0.0 <= random_share <= 1.0:
-        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    p, x, seeds = _committee_inputs(committee_p, emb, labeled_emb, b, random_share)
     gen = np.random.default_rng(rng)
     random_idx, rest = _random_slice(len(x), b, random_share, gen)
     order = rest[soft_rank_sample(committee_uncertainty(p[rest]), len(rest), gen)]
@@ -279,14 +272,7 @@ def select_portfolio(
     pick's arm (the slice counts as "random": it is a uniform draw too)."""
     from scoring.portfolio import ARMS, allocate
 
-    p = np.asarray(committee_p, dtype=np.float64)
-    x = _unit_np(_as_matrix(emb, "emb"))
-    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
-    if p.ndim != 2 or len(p) != len(x) or not np.isfinite(p).all():
-        raise SelectionInputError(f"committee_p must be a finite [N, C] matching emb's {len(x)} rows, got {p.shape}")
-    _check_b(b, len(x))
-    if not 0.0 <= random_share <= 1.0:
-        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    p, x, seeds = _committee_inputs(committee_p, emb, labeled_emb, b, random_share)
     if set(shares) - set(ARMS) or not shares:
         raise SelectionInputError(f"shares must name arms among {ARMS}, got {sorted(shares)}")
     gen = np.random.default_rng(rng)
@@ -373,6 +359,21 @@ def _selection(random_idx: np.ndarray, chosen: np.ndarray) -> Selection:
     indices = np.concatenate([random_idx, chosen]).astype(np.int64)
     is_random = np.concatenate([np.ones(len(random_idx), bool), np.zeros(len(chosen), bool)])
     return Selection(indices=indices, is_random=is_random)
+
+
+def _committee_inputs(
+    committee_p: np.ndarray, emb: np.ndarray, labeled_emb: np.ndarray, b: int, random_share: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(committee_p as float64, unit embedding rows, labeled rows), checked for the committee draws."""
+    p = np.asarray(committee_p, dtype=np.float64)
+    x = _unit_np(_as_matrix(emb, "emb"))
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
+    if p.ndim != 2 or len(p) != len(x) or not np.isfinite(p).all():
+        raise SelectionInputError(f"committee_p must be a finite [N, C] matching emb's {len(x)} rows, got {p.shape}")
+    _check_b(b, len(x))
+    if not 0.0 <= random_share <= 1.0:
+        raise SelectionInputError(f"random_share must be within [0, 1], got {random_share}")
+    return p, x, seeds
 
 
 def _random_slice(n: int, b: int, random_share: float, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
