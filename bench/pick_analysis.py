@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -36,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from annotate.simulation.report import load_records  # noqa: E402
 from scoring.proxy import fit_proxy  # noqa: E402
 
 NEAR = 0.95
@@ -140,7 +140,7 @@ def main() -> int:
     from scoring.embeddings import EmbeddingCache
 
     cache = EmbeddingCache(args.cache, encoder_path(None))
-    records = [json.loads(line) for p in args.records for line in p.read_text().splitlines() if line.strip()]
+    records = load_records(args.records)
     rows = analyse(records, args.data_dir, lambda texts: cache.embed(texts, [text_hash(t) for t in texts]))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     made_by = sorted({str(r.get("commit", ""))[:7] for r in records})

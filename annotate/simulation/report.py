@@ -23,6 +23,7 @@ compare areas within one source only.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import shutil
@@ -44,15 +45,16 @@ Curve = tuple[np.ndarray, np.ndarray]  # labels (increasing), accuracy in %
 
 
 def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Records of every records.jsonl given (a folder means its records.jsonl). A torn last line (a
-    killed run) is skipped."""
+    """Records of every records.jsonl given (a folder means its records.jsonl; a ``.gz`` file is read
+    through gzip, as committed raw output is kept small). A torn last line (a killed run) is skipped."""
     out = []
     for path in paths:
         file = path / "records.jsonl" if path.is_dir() else path
         if not file.is_file():
             print(f"no records at {file}")
             continue
-        for line in file.read_text(encoding="utf-8").splitlines():
+        raw = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
+        for line in raw.decode("utf-8").splitlines():
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError:

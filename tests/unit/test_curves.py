@@ -52,3 +52,19 @@ def test_reliability_svg_from_evaluation_bins() -> None:
 
 def test_empty_learning_curve_still_renders() -> None:
     _svg_root(learning_curve_svg({}, title="No rounds yet"))
+
+
+def test_load_records_reads_plain_and_gzipped_files_and_skips_a_torn_line(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from annotate.simulation.report import load_records
+
+    lines = [json.dumps({"data": "d", "strategy": "random", "seed": s, "labels": 20, "accuracy": 0.5}) for s in (0, 1)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + '\n{"torn')
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    assert (
+        load_records([tmp_path / "a.jsonl"])
+        == load_records([tmp_path / "b.jsonl.gz"])
+        == [json.loads(x) for x in lines]
+    )
