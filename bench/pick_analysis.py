@@ -23,7 +23,6 @@ Plain numpy + the app's embedding cache (var/embeddings by default); reads the d
 from __future__ import annotations
 
 import argparse
-import csv
 import subprocess
 import sys
 from collections import defaultdict
@@ -35,15 +34,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from annotate.simulation.proxy_loop import read_rows  # noqa: E402
 from annotate.simulation.report import load_records  # noqa: E402
 from scoring.proxy import fit_proxy  # noqa: E402
 
 NEAR = 0.95
-
-
-def _rows(path: Path) -> list[tuple[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return [(r["text"], r["label"]) for r in csv.DictReader(f)]
 
 
 def analyse(records: list[dict[str, Any]], data_dir: Path, embed: Any) -> list[dict[str, Any]]:
@@ -53,7 +48,7 @@ def analyse(records: list[dict[str, Any]], data_dir: Path, embed: Any) -> list[d
         if r.get("batch_ids") and r.get("strategy") != "full-data":
             by_set[r["data"]].append(r)
     for name in sorted(by_set):
-        train = _rows(data_dir / name / "train.csv")
+        train = read_rows(data_dir / name / "train.csv")
         classes = sorted({y for _, y in train})
         index = {c: i for i, c in enumerate(classes)}
         c = len(classes)

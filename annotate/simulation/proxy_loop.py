@@ -28,7 +28,7 @@ import numpy as np
 
 from scoring import portfolio
 from scoring.proxy import fit_proxy
-from scoring.selection import STRATEGIES, select_strategy
+from scoring.selection import STRATEGIES, committee_uncertainty, select_strategy
 
 RANDOM_SHARE = 0.15
 OVERSAMPLE = 4.0
@@ -106,7 +106,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             record["selection"] = portfolio.split_to_json(s)
         sel = select_strategy(
             strategy,  # type: ignore[arg-type]  # checked above
-            1.0 - _margin(p),
+            committee_uncertainty(p),
             data.pool_x[eligible],
             data.pool_x[labelled],
             b=k,
@@ -142,16 +142,11 @@ def _timed(record: dict[str, Any], started: float) -> None:
     record["seconds"] = {"fit+select": seconds}
 
 
-def _margin(p: np.ndarray) -> np.ndarray:
-    top2 = np.sort(p, axis=1)[:, -2:]
-    return np.asarray(top2[:, 1] - top2[:, 0])
-
-
 def load_data(
     name: str, data_dir: Path, embed: Callable[[list[str]], np.ndarray], *, pool_sample: int = 0
 ) -> ProxyData:
     """train.csv → pool (optionally a fixed sample, like the harness's), test.csv → test, embedded."""
-    train, test = _rows(data_dir / "train.csv"), _rows(data_dir / "test.csv")
+    train, test = read_rows(data_dir / "train.csv"), read_rows(data_dir / "test.csv")
     keep = list(range(len(train)))
     if 0 < pool_sample < len(train):  # the harness's sample (its POOL_SAMPLE_SEED is 0 too)
         keep = sorted(int(i) for i in np.random.default_rng(0).choice(len(train), size=pool_sample, replace=False))
@@ -170,7 +165,8 @@ def load_data(
     )
 
 
-def _rows(path: Path) -> list[tuple[str, str]]:
+def read_rows(path: Path) -> list[tuple[str, str]]:
+    """(text, label) rows of a shared-data CSV (the harness's read_rows, without its Django imports)."""
     with path.open(newline="", encoding="utf-8") as f:
         return [(row["text"], row["label"]) for row in csv.DictReader(f)]
 
