@@ -133,9 +133,22 @@ class TrainConfig:
     # weight. On the H200 (bench/train_profile.py, batch 32): float32 0.34 s a step, bf16 0.38 s
     # without dropout, 0.73 s with it (that row ran first in its process, warm-up likely included).
     precision: Literal["auto", "float32"] = "float32"
+    # LoRA in the last ``top_layers`` decoder layers only (0: every layer). The layers below are then
+    # the frozen base model, so the hidden states entering the first adapted layer are computed once
+    # per run and every step runs the top layers alone (scoring/toplayers.py): exact, and a step
+    # costs top_layers / L of the kernels. The engines read the adapter's layers from its config, so
+    # scoring and evaluation take the same short path.
+    top_layers: int = 0
 
     def __post_init__(self) -> None:
-        if self.rank < 1 or self.epochs < 1 or self.batch_size < 1 or self.max_steps < 0 or self.lr <= 0:
+        if (
+            self.rank < 1
+            or self.epochs < 1
+            or self.batch_size < 1
+            or self.max_steps < 0
+            or self.lr <= 0
+            or self.top_layers < 0
+        ):
             raise ValueError(f"invalid training config: {self}")
         if self.loss not in ("full_vocab", "label_softmax"):
             raise ValueError(f"loss must be 'full_vocab' or 'label_softmax', not {self.loss!r}")
@@ -283,6 +296,7 @@ class _Run:
         self.batches_per_epoch = math.ceil(len(examples) / config.batch_size)
         self.bf16 = config.precision == "auto" and device.startswith("cuda")
         self.prefix_ids = examples[0].input_ids[: examples[0].prefix_len]
+        self._split: _Split | None = None  # set by train() when only the top layers are adapted
 
     def train(self, progress: Progress | None) -> TrainedAdapter:
         import torch
@@ -298,6 +312,7 @@ class _Run:
             state = json.loads((checkpoint / "state.json").read_text())
             step, losses, seconds = state["step"], state["losses"], state["seconds"]
         model.train()
+        self._split = self._split_stack(model)
         if progress is not None:
             progress(step, self.total)
         while step < self.total:
@@ -328,23 +343,56 @@ class _Run:
             # vanish in bf16 weights)
             return PeftModel.from_pretrained(base, str(resume_from), is_trainable=True, autocast_adapter_dtype=True)
         torch.manual_seed(self.config.seed)  # LoRA A init (B starts at zero)
+        targets: str | list[str] = (
+            self.config.target_modules
+            if isinstance(self.config.target_modules, str)
+            else list(self.config.target_modules)
+        )
+        layers: dict[str, Any] = {}
+        n_layers = len(_decoder(base).layers)
+        if 0 < self.config.top_layers < n_layers:
+            # PEFT takes a layer list only with named targets: "all-linear" = a layer's Linear modules
+            targets = _linear_names(base) if targets == "all-linear" else targets
+            layers = {"layers_to_transform": list(range(n_layers - self.config.top_layers, n_layers))}
         lora = LoraConfig(
             task_type="CAUSAL_LM",
             r=self.config.rank,
             lora_alpha=self.config.alpha,
             lora_dropout=self.config.dropout,
-            target_modules=self.config.target_modules
-            if isinstance(self.config.target_modules, str)
-            else list(self.config.target_modules),
+            target_modules=targets,
             bias="none",
+            **layers,
         )
         return get_peft_model(base, lora, autocast_adapter_dtype=True)
 
+    def _split_stack(self, model: Any) -> _Split | None:
+        """With LoRA in the top layers only (and the prefix shared): the trunk's output for the
+        prefix and every example, computed once for the whole run (the trunk is the frozen base)."""
+        import torch
+
+        from scoring.toplayers import SplitStack, model_start_layer
+
+        start = model_start_layer(model)
+        if not self.config.prefix_sharing or not self.prefix_ids or start == 0 or start >= len(_decoder(model).layers):
+            return None
+        stack = SplitStack(model, start)
+        hidden: list[Any] = []
+        with torch.no_grad(), _autocast(self.device, self.bf16):
+            prefix_hidden, trunk_kv = stack.trunk_prefix(self.prefix_ids)
+            suffixes = [ex.suffix for ex in self.examples]
+            for begin in range(0, len(suffixes), 64):
+                hidden.extend(stack.trunk_suffixes(trunk_kv, len(self.prefix_ids), suffixes[begin : begin + 64]))
+        del trunk_kv
+        return _Split(stack, prefix_hidden, hidden)
+
     def _batch(self, step: int) -> list[_Example]:
+        return [self.examples[i] for i in self._batch_indices(step)]
+
+    def _batch_indices(self, step: int) -> list[int]:
         epoch, index = divmod(step, self.batches_per_epoch)
         order = np.random.default_rng([self.config.seed, epoch]).permutation(len(self.examples))
         size = self.config.batch_size
-        return [self.examples[i] for i in order[index * size : (index + 1) * size]]
+        return [int(i) for i in order[index * size : (index + 1) * size]]
 
     def _lr(self, step: int) -> float:
         warmup = max(1, math.ceil(self.config.warmup_ratio * self.total))
@@ -356,14 +404,21 @@ class _Run:
         import torch
 
         torch.manual_seed(self.config.seed * 1_000_003 + step)  # dropout masks depend on (seed, step) only
-        batch = self._batch(step)
+        indices = self._batch_indices(step)
+        batch = [self.examples[i] for i in indices]
+        position = {id(ex): i for ex, i in zip(batch, indices, strict=True)}
         optimizer.zero_grad(set_to_none=True)
         shared = self.config.prefix_sharing and len(self.prefix_ids) > 0
         prefix = len(self.prefix_ids) if shared else 0
+        split = self._split
         losses = []
         for chunk in _micro_batches(batch, self.config.micro_batch_tokens, prefix=prefix):
             with _autocast(self.device, self.bf16):
-                if shared:
+                if split is not None:
+                    top_kv = split.stack.top_prefix(split.prefix_hidden)
+                    rows = [split.hidden[position[id(ex)]] for ex in chunk]
+                    logits = split.stack.logits(split.stack.top_last(top_kv, prefix, rows))
+                elif shared:
                     logits = _last_logits_shared(model, self.prefix_ids, [ex.suffix for ex in chunk], self.device)
                 else:
                     logits = _last_logits(model, [ex.input_ids for ex in chunk], self.device)
@@ -434,6 +489,8 @@ class _Run:
             "n_items": len(self.examples),
             "config": asdict(self.config),
             "warm_from": None if self.warm_from is None else str(self.warm_from),
+            # layers run once per run instead of every step (0: the whole model ran every step)
+            "trunk_layers": 0 if self._split is None else self._split.stack.start,
         }
         (tmp / TRAINING_INFO).write_text(json.dumps(info, indent=1))
         (tmp / DONE_MARKER).write_text(content_hash + "\n")
@@ -450,6 +507,23 @@ class _Run:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Split:
+    """A run's frozen-trunk outputs (see ``_Run._split_stack``)."""
+
+    stack: Any  # scoring.toplayers.SplitStack
+    prefix_hidden: Any  # [1, P, d]
+    hidden: list[Any]  # per example, [suffix len, d]
+
+
+def _linear_names(model: Any) -> list[str]:
+    """Names of the Linear modules inside a decoder layer (what "all-linear" means there)."""
+    import torch
+
+    layer = _decoder(model).layers[0]
+    return sorted({name.rsplit(".", 1)[-1] for name, mod in layer.named_modules() if isinstance(mod, torch.nn.Linear)})
 
 
 def _render(renderer: PromptRenderer, texts: Sequence[str], label_indices: Sequence[int]) -> list[_Example]:

@@ -4,6 +4,11 @@ The prefix's KV cache is computed once per (adapter version, prompt) and expande
 so the model only runs the item tokens. Suffixes are right-padded; the logits are taken at each
 row's last real token, from a log-softmax over the whole vocabulary (label mass = Σ exp over the
 label tokens). ``prefix_cache=False`` runs the plain full prompt instead (the parity reference).
+
+An adapter that adapts only the top layers (``TrainConfig.top_layers``) is scored through
+``scoring.toplayers``: the frozen trunk's output for the prefix and for each item is computed once
+and kept (LRU, ``trunk_cache_bytes``), so a round's K adapters, and the next rounds' adapters on
+the same test set, stop set and candidates, run only the top layers.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class HFEngine:
         prefix_cache: bool = True,
         max_cached_prefixes: int = 16,
         max_loaded_adapters: int = 8,
+        trunk_cache_bytes: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -64,6 +70,17 @@ class HFEngine:
         # round, and PEFT keeps every adapter it was given (~20 MB each for SmolLM2 at rank 8).
         self.max_loaded_adapters = max_loaded_adapters
         self._loaded: OrderedDict[str, str] = OrderedDict()  # PEFT name (one per adapter id) → AdapterRef.name
+        # Trunk outputs kept for top-layer adapters: (prompt hash, start layer, suffix ids) → [len, d].
+        # 1 GiB on a GPU (~45,000 items of 20 tokens in bf16: a test set, a stop set and every
+        # candidate of a long simulation), 256 MiB on the CPU.
+        self.trunk_cache_bytes = (
+            trunk_cache_bytes if trunk_cache_bytes is not None else (1 << 30 if on_gpu else 1 << 28)
+        )
+        self._trunk: OrderedDict[tuple[str, int, tuple[int, ...]], Any] = OrderedDict()
+        self._trunk_bytes = 0
+        self._trunk_prefix: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._top_kv: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._starts: dict[str, int] = {}
         decoder = self.base.get_decoder()
         self._cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.last_timings: dict[str, float] = {}
@@ -99,6 +116,8 @@ class HFEngine:
         self.model.delete_adapter(peft_name)
         for cache_key in [k for k in self._kv if k[0] == f"{old_name}#{peft_name[1:]}"]:
             del self._kv[cache_key]
+        for cache_key in [k for k in self._top_kv if k[0] == f"{old_name}#{peft_name[1:]}"]:
+            del self._top_kv[cache_key]
 
     @contextlib.contextmanager
     def _active(self, adapter: AdapterRef | None) -> Iterator[None]:
@@ -189,6 +208,82 @@ class HFEngine:
             out[idx] = self._forward_last([rows[i] for i in idx], kv, label_ids)
         return out, int(lengths.sum())
 
+    # -- top-layer adapters ---------------------------------------------------------------------
+
+    def _start_layer(self, adapter: AdapterRef | None) -> int:
+        """The first layer ``adapter`` adapts; 0 (the whole-model path) for the base model."""
+        from scoring.toplayers import adapter_start_layer
+
+        if adapter is None:
+            return 0
+        if adapter.path not in self._starts:
+            start = adapter_start_layer(adapter.path)
+            self._starts[adapter.path] = start if start < len(self.base.get_decoder().layers) else 0
+        return self._starts[adapter.path]
+
+    def _trunk_states(self, stack: Any, renderer: PromptRenderer, suffix_ids: list[list[int]]) -> tuple[Any, list[Any]]:
+        """The trunk's output for the prefix and for every suffix, from the cache where present;
+        what is missing is computed with every adapter off (the trunk is the base model)."""
+        start, past = stack.start, len(renderer.prefix_ids)
+        pkey = (renderer.prompt_hash, start)
+        keys = [(renderer.prompt_hash, start, tuple(s)) for s in suffix_ids]
+        states: list[Any] = [None] * len(keys)
+        for j, key in enumerate(keys):
+            if key in self._trunk:
+                self._trunk.move_to_end(key)
+                states[j] = self._trunk[key]
+        missing = [j for j, state in enumerate(states) if state is None]
+        if pkey not in self._trunk_prefix or missing:
+            with self._active(None):
+                if pkey not in self._trunk_prefix:
+                    self._trunk_prefix[pkey] = stack.trunk_prefix(renderer.prefix_ids)
+                    while len(self._trunk_prefix) > self.max_cached_prefixes:
+                        del self._trunk_prefix[next(iter(self._trunk_prefix))]
+                trunk_kv = self._trunk_prefix[pkey][1]
+                lengths = np.array([len(suffix_ids[j]) for j in missing])
+                for idx in self._batches(lengths, past):
+                    rows = [missing[i] for i in idx]
+                    computed = stack.trunk_suffixes(trunk_kv, past, [suffix_ids[j] for j in rows])
+                    for j, state in zip(rows, computed, strict=True):
+                        states[j] = state.clone()  # its own storage, not a view of the batch
+                        self._remember(keys[j], states[j])
+        return self._trunk_prefix[pkey][0], states
+
+    def _remember(self, key: tuple[str, int, tuple[int, ...]], state: Any) -> None:
+        if key in self._trunk:
+            return
+        self._trunk[key] = state
+        self._trunk_bytes += state.numel() * state.element_size()
+        while self._trunk_bytes > self.trunk_cache_bytes and len(self._trunk) > 1:
+            _, old = self._trunk.popitem(last=False)
+            self._trunk_bytes -= old.numel() * old.element_size()
+
+    def _label_logprobs_split(
+        self, renderer: PromptRenderer, suffix_ids: list[list[int]], key: str, start: int
+    ) -> tuple[np.ndarray, int]:
+        """Label log-probs through the trunk cache and the top layers (the active adapter)."""
+        import torch
+
+        from scoring.toplayers import SplitStack
+
+        stack = SplitStack(self.model, start)
+        label_ids = torch.tensor(renderer.label_token_ids, device=self.device)
+        past = len(renderer.prefix_ids)
+        prefix_hidden, states = self._trunk_states(stack, renderer, suffix_ids)
+        top_key = (key, renderer.prompt_hash)
+        if top_key not in self._top_kv:
+            self._top_kv[top_key] = stack.top_prefix(prefix_hidden)
+            while len(self._top_kv) > self.max_cached_prefixes:
+                self._top_kv.popitem(last=False)
+        top_kv = self._top_kv[top_key]
+        lengths = np.array([len(s) for s in suffix_ids])
+        out = np.empty((len(suffix_ids), len(renderer.label_token_ids)), dtype=np.float32)
+        for idx in self._batches(lengths, past):
+            last = stack.top_last(top_kv, past, [states[i] for i in idx])
+            logits = stack.logits(last).float()
+            out[idx] = torch.log_softmax(logits, dim=-1)[:, label_ids].cpu().numpy()
+        return out, int(lengths.sum())
+
     def score(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> ScoreResult:
         import torch
 
@@ -202,8 +297,12 @@ class HFEngine:
         with torch.inference_mode():
             for k, adapter in enumerate(adapters or [None]):
                 key = "base" if adapter is None else f"{adapter.name}#{adapter.int_id}"
+                start = self._start_layer(adapter) if self.prefix_cache else 0
                 with self._active(adapter):
-                    if texts:
+                    if texts and start > 0:
+                        logp[k], tokens = self._label_logprobs_split(renderer, batch.suffix_ids, key, start)
+                        computed += tokens
+                    elif texts:
                         logp[k], tokens = self._label_logprobs(renderer, batch.suffix_ids, key)
                         computed += tokens
         p, mass = distribution_from_logprobs(logp)

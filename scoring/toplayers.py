@@ -1,0 +1,213 @@
+"""Split forward for adapters that adapt only the top layers: the frozen trunk runs once, the top
+runs every step.
+
+An adapter trained with ``TrainConfig.top_layers = n`` holds LoRA weights in the last n decoder
+layers only. Everything below them (the embeddings and the first L − n layers, "the trunk") is the
+base model, identical for every adapter and every training step, so the hidden states that enter
+layer L − n are a fixed function of the prompt. They are computed once (``trunk``): for the shared
+prefix, and for each item's suffix attending to the prefix. Training steps, scoring and evaluation
+then run only the top n layers on those states (``top_prefix`` + ``top_last``): exact, the same
+logits and gradients as the whole model on the full prompt
+(``tests/integration/test_toplayers.py``), at n / L of the layers' kernels — the cost that bounds a
+135M model's step on a GPU (``bench/RESULTS.md``: ~11,000 kernel launches a step with LoRA on all 30
+layers).
+
+The layers are called one by one with a small key/value store of our own (``_KV``), not through
+the model's forward, so that the top layers can start from a hidden state and keep their own layer
+indices. The only parts of the model used are ``embed_tokens``, ``rotary_emb``, ``layers[i]``,
+``norm`` and the output embeddings, whose signatures have been stable across transformers 5.x
+(the name of the cache argument changed; it is read from the layer's signature).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+KVs = dict[int, tuple[Any, Any]]  # layer index -> (keys, values), each [rows, kv_heads, tokens, head_dim]
+
+
+def adapter_start_layer(adapter_dir: str | Path) -> int:
+    """The lowest decoder layer a saved PEFT adapter adapts (0 when it adapts every layer)."""
+    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    layers = config.get("layers_to_transform")
+    if layers is None:
+        return 0
+    if isinstance(layers, int):
+        return int(layers)
+    return min(int(i) for i in layers) if layers else 0
+
+
+def model_start_layer(model: Any) -> int:
+    """The lowest decoder layer any LoRA module sits in, for a (PEFT-wrapped) causal LM; the number
+    of layers when none does."""
+    decoder = _decoder(model)
+    for index, layer in enumerate(decoder.layers):
+        if any("lora_A" in name for name, _ in layer.named_modules()):
+            return index
+    return len(decoder.layers)
+
+
+def _decoder(model: Any) -> Any:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
+
+
+class _KV:
+    """What a decoder layer's attention calls ``update`` on: returns the past keys/values of that
+    layer (if any) followed by the new ones, and records the new ones."""
+
+    def __init__(self, past: KVs | None = None) -> None:
+        self.past = past or {}
+        self.new: KVs = {}
+
+    def update(self, keys: Any, values: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        import torch
+
+        self.new[layer_idx] = (keys, values)
+        if layer_idx in self.past:
+            past_k, past_v = self.past[layer_idx]
+            return torch.cat([past_k, keys], dim=-2), torch.cat([past_v, values], dim=-2)
+        return keys, values
+
+
+class SplitStack:
+    """The decoder of ``model`` cut at layer ``start``: trunk = layers[:start], top = layers[start:]."""
+
+    def __init__(self, model: Any, start: int) -> None:
+        self.model = model
+        self.decoder = _decoder(model)
+        n_layers = len(self.decoder.layers)
+        if not 0 <= start < n_layers:
+            raise ValueError(f"start layer {start} outside 0..{n_layers - 1}")
+        self.start = start
+        params = inspect.signature(self.decoder.layers[0].forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._sdpa = getattr(self.decoder.config, "_attn_implementation", "sdpa") == "sdpa"
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _run(self, hidden: Any, layers: range, positions: Any, mask: Any, past: KVs | None) -> tuple[Any, KVs]:
+        cos_sin = self.decoder.rotary_emb(hidden, position_ids=positions)
+        store = _KV(past)
+        for index in layers:
+            out = self.decoder.layers[index](
+                hidden,
+                attention_mask=mask,
+                position_ids=positions,
+                position_embeddings=cos_sin,
+                **{self._cache_kw: store},
+            )
+            hidden = out[0] if isinstance(out, tuple) else out
+        return hidden, store.new
+
+    def _causal(self, n: int, device: Any, dtype: Any) -> Any:
+        """Mask for a prompt attending to itself: None lets SDPA use its causal kernel."""
+        import torch
+
+        if self._sdpa:
+            return None
+        allowed = torch.ones((n, n), dtype=torch.bool, device=device).tril()
+        return self._additive(allowed[None, None], dtype)
+
+    def _suffix_mask(self, lengths: Sequence[int], past: int, width: int, device: Any, dtype: Any) -> Any:
+        """[rows, 1, width, past + width]: every query sees the whole prefix and its own row's real
+        tokens up to itself (right padding)."""
+        import torch
+
+        n_rows = len(lengths)
+        causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
+        valid = torch.arange(width, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+        suffix = causal[None] & valid[:, None, :]
+        allowed = torch.cat([torch.ones((n_rows, width, past), dtype=torch.bool, device=device), suffix], dim=-1)
+        allowed = allowed[:, None]
+        return allowed if self._sdpa else self._additive(allowed, dtype)
+
+    @staticmethod
+    def _additive(allowed: Any, dtype: Any) -> Any:
+        import torch
+
+        zero = torch.zeros((), dtype=dtype, device=allowed.device)
+        return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+    @staticmethod
+    def _expand(kv: KVs, n_rows: int) -> KVs:
+        return {i: (k.expand(n_rows, -1, -1, -1), v.expand(n_rows, -1, -1, -1)) for i, (k, v) in kv.items()}
+
+    def _pad(self, rows: Sequence[Any], width: int) -> Any:
+        """Right-pad a list of [len, d] hidden states into [rows, width, d]."""
+
+        first = rows[0]
+        out = first.new_zeros((len(rows), width, first.shape[-1]))
+        for j, row in enumerate(rows):
+            out[j, : row.shape[0]] = row
+        return out
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def trunk_prefix(self, prefix_ids: Sequence[int]) -> tuple[Any, KVs]:
+        """The prefix's hidden state entering layer ``start`` [1, P, d] and the trunk's keys/values."""
+        import torch
+
+        device = self.decoder.embed_tokens.weight.device
+        ids = torch.tensor([list(prefix_ids)], device=device)
+        hidden = self.decoder.embed_tokens(ids)
+        positions = torch.arange(len(prefix_ids), device=device)[None]
+        mask = self._causal(len(prefix_ids), device, hidden.dtype)
+        return self._run(hidden, range(self.start), positions, mask, None)
+
+    def trunk_suffixes(self, trunk_kv: KVs, past: int, suffixes: Sequence[Sequence[int]]) -> list[Any]:
+        """Each suffix's hidden states entering layer ``start`` ([len_i, d] each), attending to the
+        prefix (``trunk_kv``, ``past`` tokens). One forward for all rows: the caller batches."""
+        import torch
+
+        device = self.decoder.embed_tokens.weight.device
+        n_rows, width = len(suffixes), max(len(s) for s in suffixes)
+        ids = torch.zeros((n_rows, width), dtype=torch.long)
+        for j, suffix in enumerate(suffixes):
+            ids[j, : len(suffix)] = torch.tensor(list(suffix))
+        hidden = self.decoder.embed_tokens(ids.to(device))
+        positions = (past + torch.arange(width, device=device)).expand(n_rows, width)
+        lengths = [len(s) for s in suffixes]
+        mask = self._suffix_mask(lengths, past, width, device, hidden.dtype)
+        hidden, _ = self._run(hidden, range(self.start), positions, mask, self._expand(trunk_kv, n_rows))
+        return [hidden[j, : lengths[j]] for j in range(n_rows)]
+
+    def top_prefix(self, prefix_hidden: Any) -> KVs:
+        """The top layers' keys/values of the prefix (through whatever adapter is active; with
+        gradients when the caller records them)."""
+        import torch
+
+        n = int(prefix_hidden.shape[1])
+        positions = torch.arange(n, device=prefix_hidden.device)[None]
+        mask = self._causal(n, prefix_hidden.device, prefix_hidden.dtype)
+        _, kv = self._run(prefix_hidden, range(self.start, len(self.decoder.layers)), positions, mask, None)
+        return kv
+
+    def top_last(self, top_kv: KVs, past: int, suffix_hidden: Sequence[Any]) -> torch.Tensor:
+        """The final-norm hidden state at each row's last token [rows, d], the rows' trunk states
+        run through the top layers after the prefix (``top_kv``, ``past`` tokens)."""
+        import torch
+
+        n_rows = len(suffix_hidden)
+        lengths = [int(h.shape[0]) for h in suffix_hidden]
+        width = max(lengths)
+        hidden = self._pad(suffix_hidden, width)
+        device = hidden.device
+        positions = (past + torch.arange(width, device=device)).expand(n_rows, width)
+        mask = self._suffix_mask(lengths, past, width, device, hidden.dtype)
+        hidden, _ = self._run(
+            hidden, range(self.start, len(self.decoder.layers)), positions, mask, self._expand(top_kv, n_rows)
+        )
+        last = hidden[torch.arange(n_rows, device=device), torch.tensor(lengths, device=device) - 1]
+        return self.decoder.norm(last)
+
+    def logits(self, last_hidden: Any) -> torch.Tensor:
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return base.get_output_embeddings()(last_hidden)

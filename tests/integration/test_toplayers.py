@@ -1,0 +1,200 @@
+"""Adapters on the top layers only (TrainConfig.top_layers) and the split forward that serves them
+(scoring/toplayers.py): the same logits and gradients as the whole model on full prompts, in the
+trainer and in the hf engine, on a tiny random llama (2 layers: the trunk is layer 0) and once on
+SmolLM2 (30 layers, the real cut)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scoring.engines.base import AdapterRef
+from scoring.engines.hf import HFEngine
+from scoring.prompts import LabelSpec, PromptRenderer, PromptSpec
+from scoring.toplayers import SplitStack, adapter_start_layer, model_start_layer
+from training.lora import TrainConfig, train_adapter
+
+SPEC = PromptSpec(
+    instructions="Classify the sentiment of the text.",
+    labels=(LabelSpec("positive", "", "A"), LabelSpec("negative", "", "B"), LabelSpec("neutral", "", "C")),
+    few_shot=(("lovely", "positive"), ("dreadful", "negative")),
+)
+TEXTS = ["great", "an awful, long and winding review of it", "fine I guess", "x", "great"]
+LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_llama_dir: Path) -> PromptRenderer:
+    from transformers import AutoTokenizer
+
+    return PromptRenderer(AutoTokenizer.from_pretrained(tiny_llama_dir), SPEC, model_revision="tiny", max_context=512)
+
+
+def top_model(model_dir: Path, top: int, seed: int = 0, dropout: float = 0.0) -> Any:
+    """A LoRA on the last ``top`` layers with random, nonzero B (PEFT starts B at zero)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    n = len(base.get_decoder().layers)
+    config = LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=dropout, target_modules=LINEAR, layers_to_transform=list(range(n - top, n))
+    )
+    model = get_peft_model(base, config)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.3)
+    return model
+
+
+def full_prompt_logits(model: Any, prompts: list[list[int]]) -> Any:
+    import torch
+
+    return torch.stack([model(input_ids=torch.tensor([p])).logits[0, -1] for p in prompts])
+
+
+def split_logits(model: Any, prefix: list[int], suffixes: list[list[int]]) -> Any:
+    stack = SplitStack(model, model_start_layer(model))
+    prefix_hidden, trunk_kv = stack.trunk_prefix(prefix)
+    hidden = [h.detach() for h in stack.trunk_suffixes(trunk_kv, len(prefix), suffixes)]
+    kv = stack.top_prefix(prefix_hidden.detach())
+    return stack.logits(stack.top_last(kv, len(prefix), hidden))
+
+
+def test_split_forward_equals_full_prompts_logits_and_gradients(tiny_llama_dir: Path, renderer: PromptRenderer) -> None:
+    import torch
+
+    model = top_model(tiny_llama_dir, top=1)
+    assert model_start_layer(model) == 1
+    prefix = list(renderer.prefix_ids)
+    prompts = [renderer.render_training(t, 0)[0] for t in TEXTS]
+    targets = torch.tensor([5, 7, 9, 11, 13])
+    results = []
+    for split in (False, True):
+        model.zero_grad()
+        logits = (
+            split_logits(model, prefix, [p[len(prefix) :] for p in prompts])
+            if split
+            else full_prompt_logits(model, prompts)
+        )
+        torch.nn.functional.cross_entropy(logits, targets).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logits.detach(), grads))
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-4, rtol=1e-4)
+    assert results[0][1].keys() == results[1][1].keys() and len(results[0][1]) == 2 * len(LINEAR)
+    for name, grad in results[0][1].items():
+        assert ".layers.1." in name  # the trunk holds no LoRA weights: none get gradients
+        torch.testing.assert_close(results[1][1][name], grad, atol=1e-5, rtol=1e-3, msg=name)
+
+
+def test_split_forward_on_smollm2(smollm2_dir: Path) -> None:
+    """The real cut: SmolLM2's 30 layers, LoRA on the last 6, a 9-label-style prefix."""
+    import torch
+    from transformers import AutoTokenizer
+
+    spec = replace(SPEC, instructions="Classify the sentiment of the text. " * 5)
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(smollm2_dir), spec, model_revision="smol", max_context=512)
+    model = top_model(smollm2_dir, top=6)
+    assert model_start_layer(model) == 24
+    prefix = list(renderer.prefix_ids)
+    prompts = [renderer.render_training(t, 0)[0] for t in TEXTS[:3]]
+    with torch.no_grad():
+        ref = full_prompt_logits(model, prompts)
+        out = split_logits(model, prefix, [p[len(prefix) :] for p in prompts])
+    torch.testing.assert_close(out, ref, atol=2e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def sharp_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny llama with embeddings scaled ×25 (as in test_lora.py): an adapter can then move the
+    label probabilities far in a few steps."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("sharp")
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(25.0)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_llama_dir).save_pretrained(out)
+    return out
+
+
+WORDS = ("great", "awful", "fine")
+TRAIN_TEXTS = [WORDS[i % 3] + " " * (i % 4) + "!" * (i % 5) for i in range(24)]
+TRAIN_LABELS = [i % 3 for i in range(24)]
+CONFIG = TrainConfig(lr=2e-2, epochs=3, batch_size=8, warmup_ratio=0.0, checkpoint_every=0, dropout=0.0, top_layers=1)
+
+
+def train(model_dir: Path, renderer: PromptRenderer, out: Path, config: TrainConfig, **kw: Any) -> Any:
+    return train_adapter(
+        model_dir=model_dir,
+        renderer=renderer,
+        texts=TRAIN_TEXTS,
+        label_indices=TRAIN_LABELS,
+        out_dir=out,
+        config=config,
+        **kw,
+    )
+
+
+def test_top_layer_training_equals_full_prompt_training(
+    sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path
+) -> None:
+    """The trainer's split path (trunk once, top layers per step) follows the same loss curve as
+    full prompts through the whole model, learns, and saves an adapter of the top layer only."""
+    split = train(sharp_dir, renderer, tmp_path / "split", CONFIG)
+    full = train(
+        sharp_dir, renderer, tmp_path / "full", replace(CONFIG, prefix_sharing=False, gradient_checkpointing=False)
+    )
+    np.testing.assert_allclose(split.losses, full.losses, rtol=2e-3, atol=2e-4)
+    assert np.mean(split.losses[-3:]) < split.losses[0] - 1
+    info = json.loads((Path(split.path) / "training.json").read_text())
+    assert info["trunk_layers"] == 1  # the split path ran (the full-prompt run is the reference)
+    assert json.loads((Path(full.path) / "training.json").read_text())["trunk_layers"] == 0
+    saved = json.loads((Path(split.path) / "adapter_config.json").read_text())
+    assert saved["layers_to_transform"] == [1] and adapter_start_layer(split.path) == 1
+    from safetensors.torch import load_file
+
+    names = list(load_file(str(Path(split.path) / "adapter_model.safetensors")))
+    assert names and all(".layers.1." in n for n in names)
+    # a warm start keeps the saved layers (and the short path)
+    warm = train(sharp_dir, renderer, tmp_path / "warm", replace(CONFIG, epochs=1, top_layers=0), warm_from=split.path)
+    assert adapter_start_layer(warm.path) == 1 and warm.losses[0] < split.losses[0]
+
+
+def test_top_layers_bounds() -> None:
+    with pytest.raises(ValueError):
+        TrainConfig(top_layers=-1)
+
+
+def test_engine_scores_top_layer_adapters_like_full_prompts(
+    sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path
+) -> None:
+    """The hf engine's trunk cache + top layers give the full prompts' numbers, for a top-layer
+    adapter next to an all-layer one in the same call, again from the cache on a second call, and
+    with a cache too small to hold one call's items."""
+    top = train(sharp_dir, renderer, tmp_path / "top", CONFIG)
+    full_layers = train(sharp_dir, renderer, tmp_path / "all", replace(CONFIG, top_layers=0, epochs=1))
+    refs = [AdapterRef("top", 1, top.path), AdapterRef("all", 2, full_layers.path)]
+    plain = HFEngine(str(sharp_dir), device="cpu", batch_size=64, prefix_cache=False)
+    cached = HFEngine(str(sharp_dir), device="cpu", batch_size=2)
+    tiny_cache = HFEngine(str(sharp_dir), device="cpu", batch_size=2, trunk_cache_bytes=1)
+    texts = [*TEXTS, *TRAIN_TEXTS[:6]]
+    want = plain.score(renderer, texts, refs)
+    for engine in (cached, cached, tiny_cache):
+        got = engine.score(renderer, texts, refs)
+        np.testing.assert_allclose(got.p, want.p, atol=1e-4)
+        np.testing.assert_allclose(got.mass, want.mass, atol=1e-4)
+    assert len(cached._trunk) == len(set(texts)) and cached._starts[top.path] == 1
+    assert len(tiny_cache._trunk) == 1  # evicted down to the newest entry, results still right
+    # the adapter moved the predictions (the comparison is not between two copies of the base)
+    base = plain.score(renderer, texts, [])
+    assert np.abs(want.p[0] - base.p[0]).max() > 0.05
