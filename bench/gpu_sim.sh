@@ -46,6 +46,10 @@ nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,nohead
 SMI=$!
 ( while sleep 5; do nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null; done ) > /tmp/procmem.raw &
 PROCMEM=$!
+# The records so far, copied into $OUT every 10 s: an outer timeout that ends this script early
+# still leaves every finished round's record there (the end of the script copies them again).
+( while sleep 10; do cat "$VAR_DIR"/sim/*/records.jsonl > "$OUT/.records.tmp" 2>/dev/null && mv "$OUT/.records.tmp" "$OUT/records.jsonl"; done ) &
+COPIER=$!
 
 args_for() {  # batch sizes as BASELINES.md (CLINC150: B=100 after a seed set of 2 per class)
   case $1 in
@@ -66,7 +70,7 @@ for set in $SETS; do
   sleep 2  # the parents' pre-embedding and project imports start staggered
 done
 for p in "${pids[@]}"; do wait "$p"; done
-kill $SMI $PROCMEM 2>/dev/null
+kill $SMI $PROCMEM $COPIER 2>/dev/null
 sort -t, -k2 -n -r /tmp/procmem.raw | awk -F, '!seen[$1]++' > "$OUT/procmem.csv"
 cat "$VAR_DIR"/sim/*/records.jsonl > "$OUT/records.jsonl" 2>/dev/null
 for set in $SETS; do
