@@ -60,6 +60,19 @@ CONFIGS: dict[str, dict[str, Any]] = {
                   "top_layers": 4},
         "engine": {},
     },
+    # the same with batches of 64 and half the steps (a step is launch-bound: ~the same cost at 64 rows)
+    "top8b64": {
+        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 64, "epochs": 3, "max_steps": 24,
+                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
+                  "top_layers": 8},
+        "engine": {},
+    },
+    "top12b64": {
+        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 64, "epochs": 3, "max_steps": 24,
+                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
+                  "top_layers": 12},
+        "engine": {},
+    },
 }  # fmt: skip
 DESCRIPTIONS = {
     "ABBR": "abbreviation: the question asks what an abbreviation stands for or for the short form of something",
