@@ -68,3 +68,32 @@ def test_load_records_reads_plain_and_gzipped_files_and_skips_a_torn_line(tmp_pa
         == load_records([tmp_path / "b.jsonl.gz"])
         == [json.loads(x) for x in lines]
     )
+
+
+def test_the_readme_block_is_computed_from_the_records_and_replaces_only_its_markers(tmp_path: Path) -> None:
+    import pytest
+
+    from annotate.simulation.report import README_BEGIN, README_END, readme_block, update_readme
+
+    records = []
+    for seed in (0, 1):
+        for labels, (act, rnd) in zip((50, 100, 150), ((0.5, 0.5), (0.7, 0.6), (0.8, 0.7)), strict=True):
+            for strategy, acc in (("active", act), ("random", rnd)):
+                records.append({"data": "toy", "strategy": strategy, "seed": seed, "labels": labels,
+                                "accuracy": acc, "commit": "abc1234"})  # fmt: skip
+    records.append(
+        {"data": "toy", "strategy": "active", "seed": 1, "labels": 200, "accuracy": 0.9, "commit": "abc1234"}
+    )
+    block = readme_block(records, [], ["recs.jsonl"])
+    assert block.startswith(README_BEGIN) and block.endswith(README_END)
+    assert "toy active 150–200" in block and "toy random 150" in block and "abc1234" in block
+    # Δ mean accuracy over 50..150 per seed: trapezoids of the gaps (0, 10, 10) = (250 + 500) / 100 = 7.5 points
+    assert "| toy | active | 2 | 7.5±0.0 | 4/4 |" in block
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\nbefore\n{README_BEGIN}\nold table\n{README_END}\nafter\n")
+    update_readme(readme, block)
+    text = readme.read_text()
+    assert text.startswith("# x\nbefore\n") and text.endswith("\nafter\n") and "old table" not in text
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="must hold"):
+        update_readme(readme, block)
