@@ -38,9 +38,21 @@ CPU_PROFILE: dict[str, Any] = {
 # in 14.6 s instead of 55.6 s, 3.5 instead of 5.9 GiB), 3 epochs capped at 48 steps of 32, lr 1e-3 (a warm adapter
 # barely moves in a few dozen steps at 2e-4), no dropout. Its cost: 89.2 % instead of 95.0 % on
 # TREC at 500 random labels in that benchmark (one seed); top_layers 0 trains every layer again.
+# min_steps 48 (added after that run, not yet measured on the GPU): every round takes the 48 steps
+# a round at 500+ labels takes anyway; by epochs alone a 100-label round got 12, and one adapter on
+# 100 SNIPS labels reached 28–33 % after 12 steps, 63–65 % after 36, 86–87 % after 72 (two seeds,
+# bench/steps_probe.py, bench/cpu-results/steps-probe-snips-100.json).
 GPU_PROFILE: dict[str, Any] = {
     "max_context": 1024,
-    "train": {"epochs": 3, "max_steps": 48, "batch_size": 32, "lr": 1e-3, "dropout": 0.0, "top_layers": 8},
+    "train": {
+        "epochs": 3,
+        "min_steps": 48,
+        "max_steps": 48,
+        "batch_size": 32,
+        "lr": 1e-3,
+        "dropout": 0.0,
+        "top_layers": 8,
+    },
 }
 
 

@@ -31,7 +31,9 @@ def commit() -> str:
     if os.environ.get("ALANN_COMMIT"):
         return os.environ["ALANN_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         return "unknown"
 

@@ -243,3 +243,11 @@ def test_full_prompt_path_still_trains(model_dir: Path, renderer: PromptRenderer
     """prefix_sharing=False (the reference path) learns the same task."""
     adapter = train(model_dir, renderer, tmp_path / "full", replace(LEARN, prefix_sharing=False))
     assert np.mean(adapter.losses[-3:]) < adapter.losses[0] - 3
+
+
+def test_min_steps_trains_past_the_epochs(model_dir: Path, renderer: PromptRenderer, tmp_path: Path) -> None:
+    """24 labels in batches of 8, one epoch = 3 steps; min_steps 7 runs 7 (epochs continue in
+    fresh seeded orders), and the loss keeps falling past the epoch."""
+    adapter = train(model_dir, renderer, tmp_path / "floor", replace(LEARN, epochs=1, min_steps=7))
+    assert adapter.steps == 7 and len(adapter.losses) == 7
+    assert np.mean(adapter.losses[-2:]) < np.mean(adapter.losses[:2])

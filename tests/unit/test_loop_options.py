@@ -16,7 +16,8 @@ def test_options_merge_over_the_profile_key_by_key() -> None:
     assert opts.train.max_steps == 2 and opts.train.lr == CPU_PROFILE["train"]["lr"]  # the rest of the profile stays
     gpu = parse_loop_options({"profile": "gpu", "arms": False, "engine_options": {"b": 1, "a": 2}})
     assert gpu.max_context == GPU_PROFILE["max_context"] and gpu.train.max_steps == 48 and not gpu.arms
-    assert gpu.train.top_layers == 8 and parse_loop_options({"profile": "cpu"}).train.top_layers == 0
+    assert gpu.train.top_layers == 8 and gpu.train.min_steps == 48
+    assert parse_loop_options({"profile": "cpu"}).train.top_layers == 0
     assert gpu.engine_options == (("a", 2), ("b", 1))
 
 

@@ -1,0 +1,45 @@
+"""How many optimiser steps a training run takes: epochs over the labels, floored by min_steps,
+capped by max_steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from training.lora import TrainConfig, total_steps
+
+
+@given(
+    n=st.integers(1, 5000),
+    epochs=st.integers(1, 6),
+    batch=st.integers(1, 64),
+    min_steps=st.integers(0, 200),
+    max_steps=st.integers(0, 200),
+)
+def test_steps_are_the_epochs_floored_by_min_and_capped_by_max(
+    n: int, epochs: int, batch: int, min_steps: int, max_steps: int
+) -> None:
+    config = TrainConfig(epochs=epochs, batch_size=batch, min_steps=min_steps, max_steps=max_steps)
+    steps = total_steps(n, config)
+    by_epochs = epochs * math.ceil(n / batch)
+    if max_steps:
+        assert steps <= max_steps
+        assert steps == min(max(by_epochs, min_steps), max_steps)
+    else:
+        assert steps == max(by_epochs, min_steps)
+    assert steps >= min(by_epochs, max_steps or by_epochs)  # the floor never lowers a run
+
+
+def test_small_label_sets_get_the_floor() -> None:
+    config = TrainConfig(epochs=3, batch_size=32, min_steps=48, max_steps=48)
+    assert total_steps(100, config) == 48  # 12 by epochs alone
+    assert total_steps(1000, config) == 48  # 96 by epochs, capped
+    assert total_steps(100, TrainConfig(epochs=3, batch_size=32, max_steps=48)) == 12
+
+
+def test_a_negative_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid training config"):
+        TrainConfig(min_steps=-1)
