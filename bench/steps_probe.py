@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,7 +75,7 @@ def main() -> None:
     )
     renderer = PromptRenderer(tokenizer, spec, model_revision="probe", max_context=1024)
     engine = HFEngine(args.model)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         rng = np.random.default_rng(seed)
         picked = [train[i] for i in rng.permutation(len(train))[: args.labels]]

@@ -120,8 +120,9 @@ def sharp_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
     out = tmp_path_factory.mktemp("sharp")
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    embeddings: Any = model.get_input_embeddings()
     with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(25.0)
+        embeddings.weight.mul_(25.0)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(tiny_llama_dir).save_pretrained(out)
     return out
