@@ -208,6 +208,38 @@ class SplitStack:
         last = hidden[torch.arange(n_rows, device=device), torch.tensor(lengths, device=device) - 1]
         return self.decoder.norm(last)
 
+    def top_last_packed(self, prefix_hidden: Any, suffix_hidden: Sequence[Any]) -> torch.Tensor:
+        """``top_prefix`` + ``top_last`` in one pass: the prefix and every row's suffix packed into one
+        sequence [1, P + Σ len_i, d], a block mask letting each suffix see the prefix and itself
+        (causally) and the prefix see only itself, each suffix's positions continuing from the
+        prefix. The same function, with gradients through the prefix's keys/values, at half the
+        kernel launches (a training step's bound on a GPU)."""
+        import torch
+
+        device = prefix_hidden.device
+        n_prefix = int(prefix_hidden.shape[1])
+        lengths = [int(h.shape[0]) for h in suffix_hidden]
+        total = n_prefix + sum(lengths)
+        hidden = torch.cat([prefix_hidden[0], *suffix_hidden], dim=0)[None]
+        block = torch.zeros(total, dtype=torch.long, device=device)  # 0 = prefix, j + 1 = row j
+        positions = torch.arange(total, device=device)
+        starts = []
+        offset = n_prefix
+        for j, length in enumerate(lengths):
+            block[offset : offset + length] = j + 1
+            positions[offset : offset + length] = n_prefix + torch.arange(length, device=device)
+            starts.append(offset)
+            offset += length
+        index = torch.arange(total, device=device)
+        causal = index[:, None] >= index[None, :]
+        same_block = block[:, None] == block[None, :]
+        sees_prefix = (block[None, :] == 0).expand(total, total)
+        allowed = causal & (same_block | sees_prefix)
+        mask = allowed[None, None] if self._sdpa else self._additive(allowed[None, None], hidden.dtype)
+        out, _ = self._run(hidden, range(self.start, len(self.decoder.layers)), positions[None], mask, None)
+        last = torch.tensor([start + length - 1 for start, length in zip(starts, lengths, strict=True)], device=device)
+        return self.decoder.norm(out[0, last])
+
     def logits(self, last_hidden: Any) -> torch.Tensor:
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         return base.get_output_embeddings()(last_hidden)

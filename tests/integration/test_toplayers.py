@@ -60,10 +60,12 @@ def full_prompt_logits(model: Any, prompts: list[list[int]]) -> Any:
     return torch.stack([model(input_ids=torch.tensor([p])).logits[0, -1] for p in prompts])
 
 
-def split_logits(model: Any, prefix: list[int], suffixes: list[list[int]]) -> Any:
+def split_logits(model: Any, prefix: list[int], suffixes: list[list[int]], packed: bool = False) -> Any:
     stack = SplitStack(model, model_start_layer(model))
     prefix_hidden, trunk_kv = stack.trunk_prefix(prefix)
     hidden = [h.detach() for h in stack.trunk_suffixes(trunk_kv, len(prefix), suffixes)]
+    if packed:
+        return stack.logits(stack.top_last_packed(prefix_hidden.detach(), hidden))
     kv = stack.top_prefix(prefix_hidden.detach())
     return stack.logits(stack.top_last(kv, len(prefix), hidden))
 
@@ -77,21 +79,23 @@ def test_split_forward_equals_full_prompts_logits_and_gradients(tiny_llama_dir: 
     prompts = [renderer.render_training(t, 0)[0] for t in TEXTS]
     targets = torch.tensor([5, 7, 9, 11, 13])
     results = []
-    for split in (False, True):
+    for path in ("full", "split", "packed"):
         model.zero_grad()
+        suffixes = [p[len(prefix) :] for p in prompts]
         logits = (
-            split_logits(model, prefix, [p[len(prefix) :] for p in prompts])
-            if split
-            else full_prompt_logits(model, prompts)
+            full_prompt_logits(model, prompts)
+            if path == "full"
+            else split_logits(model, prefix, suffixes, packed=path == "packed")
         )
         torch.nn.functional.cross_entropy(logits, targets).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logits.detach(), grads))
-    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-4, rtol=1e-4)
-    assert results[0][1].keys() == results[1][1].keys() and len(results[0][1]) == 2 * len(LINEAR)
-    for name, grad in results[0][1].items():
-        assert ".layers.1." in name  # the trunk holds no LoRA weights: none get gradients
-        torch.testing.assert_close(results[1][1][name], grad, atol=1e-5, rtol=1e-3, msg=name)
+    for other in results[1:]:
+        torch.testing.assert_close(other[0], results[0][0], atol=1e-4, rtol=1e-4)
+        assert results[0][1].keys() == other[1].keys() and len(results[0][1]) == 2 * len(LINEAR)
+        for name, grad in results[0][1].items():
+            assert ".layers.1." in name  # the trunk holds no LoRA weights: none get gradients
+            torch.testing.assert_close(other[1][name], grad, atol=1e-5, rtol=1e-3, msg=name)
 
 
 def test_split_forward_on_smollm2(smollm2_dir: Path) -> None:
@@ -107,8 +111,9 @@ def test_split_forward_on_smollm2(smollm2_dir: Path) -> None:
     prompts = [renderer.render_training(t, 0)[0] for t in TEXTS[:3]]
     with torch.no_grad():
         ref = full_prompt_logits(model, prompts)
-        out = split_logits(model, prefix, [p[len(prefix) :] for p in prompts])
-    torch.testing.assert_close(out, ref, atol=2e-4, rtol=1e-4)
+        for packed in (False, True):
+            out = split_logits(model, prefix, [p[len(prefix) :] for p in prompts], packed=packed)
+            torch.testing.assert_close(out, ref, atol=2e-4, rtol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +161,8 @@ def test_top_layer_training_equals_full_prompt_training(
         sharp_dir, renderer, tmp_path / "full", replace(CONFIG, prefix_sharing=False, gradient_checkpointing=False)
     )
     np.testing.assert_allclose(split.losses, full.losses, rtol=2e-3, atol=2e-4)
+    two_pass = train(sharp_dir, renderer, tmp_path / "two-pass", replace(CONFIG, packed=False))
+    np.testing.assert_allclose(two_pass.losses, full.losses, rtol=2e-3, atol=2e-4)
     assert np.mean(split.losses[-3:]) < split.losses[0] - 1
     info = json.loads((Path(split.path) / "training.json").read_text())
     assert info["trunk_layers"] == 1  # the split path ran (the full-prompt run is the reference)
