@@ -49,7 +49,10 @@ SMI=$!
 PROCMEM=$!
 # The records so far, copied into $OUT every 10 s: an outer timeout that ends this script early
 # still leaves every finished round's record there (the end of the script copies them again).
-( while sleep 10; do cat "$VAR_DIR"/sim/*/records.jsonl > "$OUT/.records.tmp" 2>/dev/null && mv "$OUT/.records.tmp" "$OUT/records.jsonl"; done ) &
+# Only this call's sets: a warm machine's VAR_DIR still holds an earlier call's (session 5's second
+# call copied the first call's records again).
+collect() { for set in $SETS; do cat "$VAR_DIR/sim/$set/records.jsonl" 2>/dev/null; done; }
+( while sleep 10; do collect > "$OUT/.records.tmp" && mv "$OUT/.records.tmp" "$OUT/records.jsonl"; done ) &
 COPIER=$!
 
 args_for() {  # batch sizes as BASELINES.md (CLINC150: B=100 after a seed set of 2 per class)
@@ -73,7 +76,7 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 kill $SMI $PROCMEM $COPIER 2>/dev/null
 sort -t, -k2 -n -r /tmp/procmem.raw | awk -F, '!seen[$1]++' > "$OUT/procmem.csv"
-cat "$VAR_DIR"/sim/*/records.jsonl > "$OUT/records.jsonl" 2>/dev/null
+collect > "$OUT/records.jsonl"
 for set in $SETS; do
   echo "== $set"; cat "$VAR_DIR/$set.log"
   for f in "$VAR_DIR/sim/$set"/logs/*.log; do echo "-- $f"; grep -E '^\[|Error|error' "$f" | tail -60; done
