@@ -41,7 +41,8 @@ CPU_PROFILE: dict[str, Any] = {
 # min_steps 48 (added after that run, not yet measured on the GPU): every round takes the 48 steps
 # a round at 500+ labels takes anyway; by epochs alone a 100-label round got 12, and one adapter on
 # 100 SNIPS labels reached 28–33 % after 12 steps, 63–65 % after 36, 86–87 % after 72 (two seeds,
-# bench/steps_probe.py, bench/cpu-results/steps-probe-snips-100.json).
+# bench/steps_probe.py, bench/cpu-results/steps-probe-snips-100.json). The trainer's packed steps
+# (TrainConfig.packed, on by default) also came after that run: the six-set figures ran two passes.
 GPU_PROFILE: dict[str, Any] = {
     "max_context": 1024,
     "train": {

@@ -46,34 +46,29 @@ CONFIGS: dict[str, dict[str, Any]] = {
                   "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20},
         "engine": {},
     },
-    # LoRA on the last 8 / 4 of SmolLM2's 30 layers (TrainConfig.top_layers): the trunk's output is
-    # computed once per run (training) and kept by the engine (scoring, evaluation); float32.
-    "top8": {
-        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 32, "epochs": 3, "max_steps": 60,
-                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
-                  "top_layers": 8},
-        "engine": {},
-    },
-    "top4": {
-        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 32, "epochs": 3, "max_steps": 60,
-                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
-                  "top_layers": 4},
-        "engine": {},
-    },
-    # the same with batches of 64 and half the steps (a step is launch-bound: ~the same cost at 64 rows)
-    "top8b64": {
-        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 64, "epochs": 3, "max_steps": 24,
-                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
-                  "top_layers": 8},
-        "engine": {},
-    },
-    "top12b64": {
-        "train": {"prefix_sharing": True, "precision": "float32", "batch_size": 64, "epochs": 3, "max_steps": 24,
-                  "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0,
-                  "top_layers": 12},
-        "engine": {},
-    },
 }  # fmt: skip
+
+
+def _top(layers: int, batch: int, steps: int, *, packed: bool) -> dict[str, Any]:
+    """LoRA on the last ``layers`` of SmolLM2's 30 (TrainConfig.top_layers): the trunk's output is
+    computed once per run (training) and kept by the engine (scoring, evaluation); float32, no dropout."""
+    train = {"prefix_sharing": True, "precision": "float32", "batch_size": batch, "epochs": 3, "max_steps": steps,
+             "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0, "top_layers": layers,
+             "packed": packed}  # fmt: skip
+    return {"train": train, "engine": {}}
+
+
+# The session-5 measurements ran the two-pass step (prefix, then suffixes): packed=False reproduces
+# them. top8p is the trainer's default since, one packed sequence a step (not yet timed on a GPU).
+# b64: batches of 64 at half the steps (a step is launch-bound: ~the same cost at 64 rows).
+CONFIGS.update(
+    top4=_top(4, 32, 60, packed=False),
+    top8=_top(8, 32, 60, packed=False),
+    top8p=_top(8, 32, 60, packed=True),
+    top8b64=_top(8, 64, 24, packed=False),
+    top12b64=_top(12, 64, 24, packed=False),
+)
+
 DESCRIPTIONS = {
     "ABBR": "abbreviation: the question asks what an abbreviation stands for or for the short form of something",
     "DESC": "description: the question asks for a definition, a description, a manner or a reason",

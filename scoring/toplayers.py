@@ -47,16 +47,23 @@ def adapter_start_layer(adapter_dir: str | Path) -> int:
 def model_start_layer(model: Any) -> int:
     """The lowest decoder layer any LoRA module sits in, for a (PEFT-wrapped) causal LM; the number
     of layers when none does."""
-    decoder = _decoder(model)
+    decoder = decoder_of(model)
     for index, layer in enumerate(decoder.layers):
         if any("lora_A" in name for name, _ in layer.named_modules()):
             return index
     return len(decoder.layers)
 
 
-def _decoder(model: Any) -> Any:
+def decoder_of(model: Any) -> Any:
+    """The transformer body of a (PEFT-wrapped) causal LM; PEFT injects LoRA into it in place."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return base.get_decoder()
+
+
+def output_layer_of(model: Any) -> Any:
+    """The output embeddings (lm_head) of a (PEFT-wrapped) causal LM."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_output_embeddings()
 
 
 class _KV:
@@ -82,7 +89,7 @@ class SplitStack:
 
     def __init__(self, model: Any, start: int) -> None:
         self.model = model
-        self.decoder = _decoder(model)
+        self.decoder = decoder_of(model)
         n_layers = len(self.decoder.layers)
         if not 0 <= start < n_layers:
             raise ValueError(f"start layer {start} outside 0..{n_layers - 1}")
@@ -241,5 +248,4 @@ class SplitStack:
         return self.decoder.norm(out[0, last])
 
     def logits(self, last_hidden: Any) -> torch.Tensor:
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        return base.get_output_embeddings()(last_hidden)
+        return output_layer_of(self.model)(last_hidden)

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from scoring.device import torch_device
+from scoring.toplayers import SplitStack, decoder_of, model_start_layer, output_layer_of
 
 if TYPE_CHECKING:
     import torch
@@ -359,7 +360,7 @@ class _Run:
             else list(self.config.target_modules)
         )
         layers: dict[str, Any] = {}
-        n_layers = len(_decoder(base).layers)
+        n_layers = len(decoder_of(base).layers)
         if 0 < self.config.top_layers < n_layers:
             # PEFT takes a layer list only with named targets: "all-linear" = a layer's Linear modules
             targets = _linear_names(base) if targets == "all-linear" else targets
@@ -380,10 +381,13 @@ class _Run:
         prefix and every example, computed once for the whole run (the trunk is the frozen base)."""
         import torch
 
-        from scoring.toplayers import SplitStack, model_start_layer
-
         start = model_start_layer(model)
-        if not self.config.prefix_sharing or not self.prefix_ids or start == 0 or start >= len(_decoder(model).layers):
+        if (
+            not self.config.prefix_sharing
+            or not self.prefix_ids
+            or start == 0
+            or start >= len(decoder_of(model).layers)
+        ):
             return None
         stack = SplitStack(model, start)
         hidden: list[Any] = []
@@ -394,9 +398,6 @@ class _Run:
                 hidden.extend(stack.trunk_suffixes(trunk_kv, len(self.prefix_ids), suffixes[begin : begin + 64]))
         del trunk_kv
         return _Split(stack, prefix_hidden, hidden)
-
-    def _batch(self, step: int) -> list[_Example]:
-        return [self.examples[i] for i in self._batch_indices(step)]
 
     def _batch_indices(self, step: int) -> list[int]:
         epoch, index = divmod(step, self.batches_per_epoch)
@@ -416,16 +417,16 @@ class _Run:
         torch.manual_seed(self.config.seed * 1_000_003 + step)  # dropout masks depend on (seed, step) only
         indices = self._batch_indices(step)
         batch = [self.examples[i] for i in indices]
-        position = {id(ex): i for ex, i in zip(batch, indices, strict=True)}
         optimizer.zero_grad(set_to_none=True)
         shared = self.config.prefix_sharing and len(self.prefix_ids) > 0
         prefix = len(self.prefix_ids) if shared else 0
         split = self._split
         losses = []
+        done = 0  # examples of the batch in earlier chunks: chunks are consecutive slices of it
         for chunk in _micro_batches(batch, self.config.micro_batch_tokens, prefix=prefix):
             with _autocast(self.device, self.bf16):
                 if split is not None:
-                    rows = [split.hidden[position[id(ex)]] for ex in chunk]
+                    rows = [split.hidden[i] for i in indices[done : done + len(chunk)]]
                     if self.config.packed:
                         last = split.stack.top_last_packed(split.prefix_hidden, rows)
                     else:
@@ -438,6 +439,7 @@ class _Run:
             loss = self._loss(logits, chunk) * (len(chunk) / len(batch))  # chunks sum to the batch mean
             loss.backward()
             losses.append(loss.detach())
+            done += len(chunk)
         batch_loss = float(torch.stack(losses).sum())  # one host sync per step, not one per chunk
         for group in optimizer.param_groups:
             group["lr"] = self._lr(step)
@@ -535,7 +537,7 @@ def _linear_names(model: Any) -> list[str]:
     """Names of the Linear modules inside a decoder layer (what "all-linear" means there)."""
     import torch
 
-    layer = _decoder(model).layers[0]
+    layer = decoder_of(model).layers[0]
     return sorted({name.rsplit(".", 1)[-1] for name, mod in layer.named_modules() if isinstance(mod, torch.nn.Linear)})
 
 
@@ -655,7 +657,7 @@ def _last_logits_shared(model: Any, prefix_ids: list[int], suffixes: Sequence[li
     import torch
     from transformers import DynamicCache
 
-    decoder = _decoder(model)
+    decoder = decoder_of(model)
     prefix = torch.tensor([prefix_ids], device=device)
     out = decoder(input_ids=prefix, use_cache=True)
     cache = getattr(out, "cache", None)  # transformers >= 5.2x; `past_key_values` before
@@ -680,18 +682,7 @@ def _last_logits_shared(model: Any, prefix_ids: list[int], suffixes: Sequence[li
     ).last_hidden_state
     lengths = torch.tensor([len(s) for s in suffixes], device=device)
     last = hidden[torch.arange(n_rows, device=device), lengths - 1]
-    return _output_layer(model)(last)
-
-
-def _decoder(model: Any) -> Any:
-    """The transformer body of a (PEFT-wrapped) causal LM; PEFT injects LoRA into it in place."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder()
-
-
-def _output_layer(model: Any) -> Any:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_output_embeddings()
+    return output_layer_of(model)(last)
 
 
 def _last_logits(model: Any, prompts: Sequence[list[int]], device: str) -> torch.Tensor:

@@ -163,6 +163,9 @@ def test_top_layer_training_equals_full_prompt_training(
     np.testing.assert_allclose(split.losses, full.losses, rtol=2e-3, atol=2e-4)
     two_pass = train(sharp_dir, renderer, tmp_path / "two-pass", replace(CONFIG, packed=False))
     np.testing.assert_allclose(two_pass.losses, full.losses, rtol=2e-3, atol=2e-4)
+    # a batch split into micro-batches (gradients summed): each chunk's rows are its own examples
+    chunked = train(sharp_dir, renderer, tmp_path / "chunked", replace(CONFIG, micro_batch_tokens=8))
+    np.testing.assert_allclose(chunked.losses, full.losses, rtol=2e-3, atol=2e-4)
     assert np.mean(split.losses[-3:]) < split.losses[0] - 1
     info = json.loads((Path(split.path) / "training.json").read_text())
     assert info["trunk_layers"] == 1  # the split path ran (the full-prompt run is the reference)
