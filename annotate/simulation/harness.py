@@ -67,6 +67,7 @@ class SimSpec:
     engine: str = "hf"
     model_dir: str = ""  # empty: settings.LLM_DIR
     pool_sample: int = 0  # >0: a fixed random sample of train.csv is the pool (SST-2: 20,000)
+    test_sample: int = 0  # >0: a fixed random sample of test.csv is the test set (CLINC150: 2,000 of 5,500)
     candidate_sample: int = 0  # items rescored per round (0: the whole eligible pool)
     mass_threshold: float = 0.05  # the production default (Project.mass_threshold)
     full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
@@ -124,20 +125,29 @@ def _write_rows(path: Path, prefix: str, rows: Sequence[tuple[int, str, str]]) -
     os.replace(tmp, path)
 
 
-def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0) -> SimData:
-    """The pool and test CSVs with stable ids, written once under WORK/data (jobs reuse them)."""
+def _sample_rows(n: int, size: int) -> list[int]:
+    """Every row, or a fixed random sample of ``size`` (the same for every strategy, seed and run)."""
+    if 0 < size < n:
+        return sorted(int(i) for i in np.random.default_rng(POOL_SAMPLE_SEED).choice(n, size=size, replace=False))
+    return list(range(n))
+
+
+def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0, test_sample: int = 0) -> SimData:
+    """The pool and test CSVs with stable ids, written once under WORK/data (jobs reuse them). A test
+    sample keeps the rows' ids ("test-<row in test.csv>"), so every job is scored on the same items."""
     train, test = read_rows(data_dir / "train.csv"), read_rows(data_dir / "test.csv")
-    rows = list(range(len(train)))
-    if 0 < pool_sample < len(train):
-        rng = np.random.default_rng(POOL_SAMPLE_SEED)
-        rows = sorted(int(i) for i in rng.choice(len(train), size=pool_sample, replace=False))
+    rows = _sample_rows(len(train), pool_sample)
+    test_rows = _sample_rows(len(test), test_sample)
     target = work_dir / "data"
     target.mkdir(parents=True, exist_ok=True)
-    pool_csv, test_csv = target / "pool.csv", target / "test.csv"
+    # The sample sizes are in the names: a work folder reused with another --pool-sample or
+    # --test-sample gets its own files, never an earlier run's.
+    pool_csv = target / ("pool.csv" if len(rows) == len(train) else f"pool-{len(rows)}.csv")
+    test_csv = target / ("test.csv" if len(test_rows) == len(test) else f"test-{len(test_rows)}.csv")
     if not pool_csv.is_file():
         _write_rows(pool_csv, "train", [(i, *train[i]) for i in rows])
     if not test_csv.is_file():
-        _write_rows(test_csv, "test", [(i, *row) for i, row in enumerate(test)])
+        _write_rows(test_csv, "test", [(i, *test[i]) for i in test_rows])
     names = tuple(sorted({label for _, label in train}))
     unknown = {label for _, label in test} - set(names)
     if unknown:
@@ -149,7 +159,7 @@ def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0) -> Sim
         test_csv=test_csv,
         train_csv=data_dir / "train.csv",
         n_pool=len(rows),
-        n_test=len(test),
+        n_test=len(test_rows),
     )
 
 
@@ -355,6 +365,8 @@ def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
         "loop_options": spec.loop_options,
         "mass_threshold": spec.mass_threshold,
         "candidate_sample": spec.candidate_sample,
+        "pool_sample": spec.pool_sample,
+        "test_sample": spec.test_sample,
         "strategy": job.strategy,
         "seed": job.seed,
         "k": spec.k,

@@ -45,6 +45,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         "--seeds", "2",
         "--rounds", "2",
         "--batch", "5",
+        "--test-sample", "15",  # a fixed 15 of the 20 test rows, the same for every job
         "--seed-labels", "5",
         "--k", "1",
         "--model", str(tiny_llama_dir),
@@ -62,7 +63,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     )
     for r in rounds:
         assert set(r) >= ROUND_KEYS, ROUND_KEYS - set(r)
-        assert r["labels"] == 5 * r["round"] and r["batch"] == 5 and r["test_n"] == 20
+        assert r["labels"] == 5 * r["round"] and r["batch"] == 5 and r["test_n"] == 15 == r["test_sample"]
         assert 0.0 <= r["accuracy"] <= 1.0 and {"training", "evaluating", "labeling"} <= set(r["seconds"])
         assert all(i.startswith("train-") for i in r["batch_ids"])  # test items are never selected
     for strategy in STRATEGIES:
@@ -86,7 +87,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     paired = {r["seed"]: r["batch_ids"] for r in rounds if r["round"] == 1 and r["strategy"] == "active"}
     assert all(r["batch_ids"] == paired[r["seed"]] for r in rounds if r["round"] == 1)  # the same seed set
     (full,) = [r for r in records if r["strategy"] == "full-data"]
-    assert full["labels"] == 60 and full["test_n"] == 20
+    assert full["labels"] == 60 and full["test_n"] == 15
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()

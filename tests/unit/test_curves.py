@@ -80,7 +80,7 @@ def test_the_readme_block_is_computed_from_the_records_and_replaces_only_its_mar
         for labels, (act, rnd) in zip((50, 100, 150), ((0.5, 0.5), (0.7, 0.6), (0.8, 0.7)), strict=True):
             for strategy, acc in (("active", act), ("random", rnd)):
                 records.append({"data": "toy", "strategy": strategy, "seed": seed, "labels": labels,
-                                "accuracy": acc, "commit": "abc1234"})  # fmt: skip
+                                "accuracy": acc, "commit": "abc1234", "test_n": 40, "test_sample": 40})  # fmt: skip
     records.append(
         {"data": "toy", "strategy": "active", "seed": 1, "labels": 200, "accuracy": 0.9, "commit": "abc1234"}
     )
@@ -89,6 +89,7 @@ def test_the_readme_block_is_computed_from_the_records_and_replaces_only_its_mar
     assert "toy active 150–200" in block and "toy random 150" in block and "abc1234" in block
     # Δ mean accuracy over 50..150 per seed: trapezoids of the gaps (0, 10, 10) = (250 + 500) / 100 = 7.5 points
     assert "| toy | active | 2 | 7.5±0.0 | 4/4 |" in block
+    assert "Test items: toy 40 (a fixed random sample of the test split)." in block
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\nbefore\n{README_BEGIN}\nold table\n{README_END}\nafter\n")
     update_readme(readme, block)
