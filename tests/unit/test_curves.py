@@ -98,3 +98,20 @@ def test_the_readme_block_is_computed_from_the_records_and_replaces_only_its_mar
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="must hold"):
         update_readme(readme, block)
+
+
+def test_labels_to_95_needs_a_full_data_run_of_ours() -> None:
+    from annotate.simulation.report import markdown_table, summary_rows
+
+    records = [
+        {"data": "toy", "strategy": s, "seed": 0, "labels": n, "accuracy": a}
+        for s in ("active", "random")
+        for n, a in ((50, 0.5), (100, 0.8), (150, 0.9))
+    ]
+    without = markdown_table(summary_rows(records), [])
+    assert "labels to 95 % of full" not in without and "not shown" in without
+    records.append({"data": "toy", "strategy": "full-data", "seed": 0, "labels": 900, "accuracy": 0.9})
+    with_full = markdown_table(summary_rows(records), [])
+    assert "labels to 95 % of full" in with_full and "not shown" not in with_full
+    # 95 % of 90.0 = 85.5, reached between 100 (80) and 150 (90) labels: at 127.5 by interpolation.
+    assert "| 90.0 | 128±0 |" in with_full
