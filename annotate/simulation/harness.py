@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -334,8 +335,25 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "arms": metrics.get("arms"),
         "selection": {k: v for k, v in (metrics.get("selection") or {}).items() if k != "picks"} or None,
         "stop_kappa": _stop_kappa(row),
+        "config": resolved_config(_loop_config(row.project)),
         "batch_ids": [external_id for external_id, _ in batch],
     }
+
+
+def _loop_config(project: Project) -> Any:
+    from annotate.loopconfig import loop_config
+
+    return loop_config(project)
+
+
+def resolved_config(loop: Any) -> dict[str, Any]:
+    """A LoopConfig as the record's "config": every default resolved (``loop_options`` holds only what
+    the run overrode): training (steps, layers, packing...), selection, rescoring, engine. The prompt
+    is left out (its hash identifies it; the label set is the data's)."""
+    config = asdict(loop)
+    prompt = config.pop("prompt", None)
+    config["prompt_hash"] = hashlib.sha256(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return dict(json.loads(json.dumps(config, default=str)))
 
 
 def _stop_kappa(row: Round) -> float | None:
@@ -502,6 +520,7 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
         "ece": metrics["ece"],
         "test_n": len(y),
         "train_steps": config.train.max_steps,
+        "config": resolved_config(config),
         "seconds": {"training": round(train_seconds, 3), "evaluating": round(time.perf_counter() - started, 3)},
     }
     append_record(spec.records_path, record)

@@ -66,6 +66,10 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         assert r["labels"] == 5 * r["round"] and r["batch"] == 5 and r["test_n"] == 15 == r["test_sample"]
         assert 0.0 <= r["accuracy"] <= 1.0 and {"training", "evaluating", "labeling"} <= set(r["seconds"])
         assert all(i.startswith("train-") for i in r["batch_ids"])  # test items are never selected
+        # The resolved configuration, defaults included, next to the overrides it came from.
+        assert r["config"]["train"]["max_steps"] == 2 and r["config"]["train"]["batch_size"] == 4
+        assert {"top_layers", "min_steps", "packed", "lr"} <= set(r["config"]["train"]) and r["config"]["k"] == 1
+        assert r["config"]["selection"]["random_share"] == 0.15  # the project default
     for strategy in STRATEGIES:
         for seed in (0, 1):
             first, second = (
@@ -88,6 +92,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     assert all(r["batch_ids"] == paired[r["seed"]] for r in rounds if r["round"] == 1)  # the same seed set
     (full,) = [r for r in records if r["strategy"] == "full-data"]
     assert full["labels"] == 60 and full["test_n"] == 15
+    assert full["config"]["train"]["max_steps"] == full["train_steps"]  # what the full-data run trained with
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
