@@ -26,9 +26,7 @@ import numpy as np
 from annotate.loopconfig import stop_set_size
 from annotate.models import Project, Round, StopSetItem
 from annotate.selectors.agreement import cohen_kappa
-
-STABLE_KAPPA = 0.99  # Bloodgood & Vijay-Shanker's threshold: "the models agree almost perfectly"
-STABLE_WINDOW = 3  # consecutive round pairs at or over it (their k = 3): one lucky pair is not a trend
+from training.stopping import STABLE_KAPPA, STABLE_WINDOW, predictions_stable, stable_run
 
 
 @dataclass(frozen=True)
@@ -132,25 +130,6 @@ def consecutive_kappas(predictions: Sequence[tuple[int, Mapping[int, int]]]) -> 
         pair_kappa(number, previous, now, before)
         for (previous, before), (number, now) in zip(predictions, predictions[1:], strict=False)
     ]
-
-
-def stable_run(kappas: Sequence[float | None], threshold: float = STABLE_KAPPA) -> int:
-    """How many of the last κ values in a row are at or over the threshold (None breaks the run)."""
-    run = 0
-    for kappa in reversed(kappas):
-        if kappa is None or kappa < threshold:
-            break
-        run += 1
-    return run
-
-
-def predictions_stable(
-    kappas: Sequence[float | None], *, threshold: float = STABLE_KAPPA, window: int = STABLE_WINDOW
-) -> bool:
-    """The stabilizing-predictions criterion: κ ≥ threshold for the last ``window`` round pairs."""
-    if window < 1:
-        raise ValueError("window must be at least 1")
-    return stable_run(kappas, threshold) >= window
 
 
 def points(x: float) -> str:

@@ -372,6 +372,42 @@ def _baseline_points(row: dict[str, str]) -> list[tuple[int, float, float]]:
 # -- entry point ----------------------------------------------------------------------------------
 
 
+def stopping_table(records: Sequence[dict[str, Any]]) -> str:
+    """Where the ML page's stabilizing-predictions rule (training.stopping: κ between consecutive
+    rounds' predictions on the stop set ≥ 0.99 for 3 round pairs) would have said "you can stop
+    here", per (data, strategy): the labels at that round per seed ("> N": not within the N labels
+    the curve reached), the accuracy there and at the curve's end, and the last κ (mean over seeds)."""
+    from training.stopping import first_stable
+
+    lines = [
+        "| data | strategy | stop rule fired at (labels, per seed) | acc there | acc at the end | last κ |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_job: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = {}
+    for r in records:
+        if r.get("strategy") != FULL_DATA and "stop_kappa" in r:
+            by_job.setdefault((r["data"], r["strategy"]), {}).setdefault(int(r["seed"]), []).append(r)
+    for (data, strategy), seeds in sorted(by_job.items(), key=lambda kv: (kv[0][0], strategy_order(kv[0][1]))):
+        fired, there, end, last = [], [], [], []
+        for _, rows in sorted(seeds.items()):
+            rows = sorted({int(r["round"]): r for r in rows}.values(), key=lambda r: int(r["round"]))
+            i = first_stable([r.get("stop_kappa") for r in rows])
+            fired.append(f"> {rows[-1]['labels']}" if i is None else str(rows[i]["labels"]))
+            if i is not None:
+                there.append(100.0 * float(rows[i]["accuracy"]))
+            end.append(100.0 * float(rows[-1]["accuracy"]))
+            if rows[-1].get("stop_kappa") is not None:
+                last.append(float(rows[-1]["stop_kappa"]))
+        cells = [
+            ", ".join(fired),
+            fmt(mean_std(there), len(seeds)) if there else DASH,
+            fmt(mean_std(end), len(seeds)),
+            f"{np.mean(last):.3f}" if last else DASH,
+        ]
+        lines.append(f"| {data} | {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def test_sets_line(records: Sequence[dict[str, Any]]) -> str:
     """The test items each set's accuracies are on: the whole test split, or a fixed sample of it
     (``--test-sample``: the same items for every strategy and seed)."""
@@ -405,6 +441,8 @@ def write_report(
             "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
             " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
             paired_table(paired_rows(records, base)),
+            "The stopping rule of the ML page, replayed on these curves (κ ≥ 0.99 for 3 round pairs):",
+            stopping_table(records),
             "Seconds per round step (mean over rounds and seeds):",
             cost_table(records),
         ]

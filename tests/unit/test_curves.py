@@ -115,3 +115,33 @@ def test_labels_to_95_needs_a_full_data_run_of_ours() -> None:
     assert "labels to 95 % of full" in with_full and "not shown" not in with_full
     # 95 % of 90.0 = 85.5, reached between 100 (80) and 150 (90) labels: at 127.5 by interpolation.
     assert "| 90.0 | 128±0 |" in with_full
+
+
+def test_the_stopping_rule_is_replayed_on_the_curves() -> None:
+    from annotate.simulation.report import stopping_table
+
+    kappas = {0: [None, 0.9, 0.99, 0.995, 1.0, 1.0], 1: [None, 0.9, 0.99, 0.98, 0.99, 0.99]}
+    records = [
+        {"data": "toy", "strategy": "active", "seed": seed, "round": i + 1, "labels": 100 * (i + 1),
+         "accuracy": 0.5 + 0.05 * i, "stop_kappa": k}
+        for seed, ks in kappas.items() for i, k in enumerate(ks)
+    ]  # fmt: skip
+    table = stopping_table(records + [dict(records[3])])  # a repeated round counts once
+    # Seed 0: κ ≥ 0.99 for the pairs of rounds 3, 4, 5 → fires at round 5 (500 labels, 70 %); seed 1 never.
+    assert "| toy | active | 500, > 600 | 70.0±0.0 (1/2) | 75.0±0.0 | 0.995 |" in table, table
+
+
+def test_first_stable_is_the_first_round_the_rule_holds() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from training.stopping import first_stable, predictions_stable
+
+    @given(st.lists(st.one_of(st.none(), st.floats(0.9, 1.0)), max_size=12))
+    def check(kappas: list[float | None]) -> None:
+        i = first_stable(kappas)
+        holds = [predictions_stable(kappas[: j + 1]) for j in range(len(kappas))]
+        assert i == (holds.index(True) if True in holds else None)
+
+    check()
+    assert first_stable([None, 0.99, 0.99, 0.99]) == 3 and first_stable([1.0, 1.0]) is None
