@@ -225,18 +225,15 @@ class SplitStack:
 
         device = prefix_hidden.device
         n_prefix = int(prefix_hidden.shape[1])
-        lengths = [int(h.shape[0]) for h in suffix_hidden]
-        total = n_prefix + sum(lengths)
+        lengths = torch.tensor([int(h.shape[0]) for h in suffix_hidden])
+        total = n_prefix + int(lengths.sum())
         hidden = torch.cat([prefix_hidden[0], *suffix_hidden], dim=0)[None]
-        block = torch.zeros(total, dtype=torch.long, device=device)  # 0 = prefix, j + 1 = row j
-        positions = torch.arange(total, device=device)
-        starts = []
-        offset = n_prefix
-        for j, length in enumerate(lengths):
-            block[offset : offset + length] = j + 1
-            positions[offset : offset + length] = n_prefix + torch.arange(length, device=device)
-            starts.append(offset)
-            offset += length
+        # Built on the host in a few vectorised ops and moved once (not two small kernels per row).
+        starts = n_prefix + torch.cumsum(lengths, 0) - lengths  # each suffix's first index
+        rows = torch.repeat_interleave(torch.arange(1, len(lengths) + 1), lengths)
+        block = torch.cat([torch.zeros(n_prefix, dtype=torch.long), rows]).to(device)  # 0 = prefix, j + 1 = row j
+        within = torch.arange(total - n_prefix) - torch.repeat_interleave(starts - n_prefix, lengths)
+        positions = torch.cat([torch.arange(n_prefix), n_prefix + within]).to(device)  # suffixes continue the prefix
         index = torch.arange(total, device=device)
         causal = index[:, None] >= index[None, :]
         same_block = block[:, None] == block[None, :]
@@ -244,7 +241,7 @@ class SplitStack:
         allowed = causal & (same_block | sees_prefix)
         mask = allowed[None, None] if self._sdpa else self._additive(allowed[None, None], hidden.dtype)
         out, _ = self._run(hidden, range(self.start, len(self.decoder.layers)), positions[None], mask, None)
-        last = torch.tensor([start + length - 1 for start, length in zip(starts, lengths, strict=True)], device=device)
+        last = (starts + lengths - 1).to(device)
         return self.decoder.norm(out[0, last])
 
     def logits(self, last_hidden: Any) -> torch.Tensor:
