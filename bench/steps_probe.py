@@ -9,6 +9,11 @@ The simulation's training config (bench/gpu_sim.sh: 3 epochs, batch 32, at most 
 round with 100 labels 12 steps; warm starts carry earlier rounds, but a project starts at 50 labels
 with 6. Prints one table (steps, final training loss, test accuracy, seconds); the JSON holds the
 options and the git commit.
+
+``--mix`` also fits the cheap proxy (scoring.proxy: logistic regression on MiniLM embeddings, as the
+selection committee's extra member) on the same labels and reports its test accuracy and that of the
+LLM and proxy distributions averaged ((p_llm + p_proxy) / 2): would the proxy help as a member of
+the predicting ensemble, not only of the selecting committee?
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=300)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--mix", action="store_true", help="also the proxy and the LLM + proxy average")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
 
@@ -75,6 +81,7 @@ def main() -> None:
     )
     renderer = PromptRenderer(tokenizer, spec, model_revision="probe", max_context=1024)
     engine = HFEngine(args.model)
+    embed = _embedder() if args.mix else None
     rows: list[dict[str, Any]] = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         rng = np.random.default_rng(seed)
@@ -117,14 +124,44 @@ def main() -> None:
                     "seconds": round(seconds, 1),
                 }
             )
+            if embed is not None:
+                rows[-1].update(_mix(embed, picked, probe, index, scored.p[0], y))
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n{data.name}, {args.labels} labels, top_layers {args.top_layers}, {args.test} test items\n")
-    print("| seed | steps | final train loss | test acc % | train s |\n|---|---|---|---|---|")
+    mixed = ["proxy_accuracy", "mix_accuracy"] if args.mix else []
+    print("| seed | steps | final train loss | test acc % | " + "".join(f"{m} % | " for m in mixed) + "train s |")
+    print("|---|---|---|---|" + "---|" * len(mixed) + "---|")
     for r in rows:
-        print(f"| {r['seed']} | {r['steps']} | {r['final_loss']} | {r['accuracy']} | {r['seconds']} |")
+        cells = [r["seed"], r["steps"], r["final_loss"], r["accuracy"], *(r[m] for m in mixed), r["seconds"]]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
     if args.out:
         record = {"commit": commit(), "argv": sys.argv[1:], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         Path(args.out).write_text(json.dumps({**record, "rows": rows}, indent=1))
+
+
+def _embedder() -> Any:
+    from scoring.bundled import encoder_path
+    from scoring.cache import text_hash
+    from scoring.embeddings import EmbeddingCache
+
+    cache = EmbeddingCache(ROOT / "var" / "embeddings", encoder_path(os.environ.get("ENCODER_DIR") or None))
+    return lambda texts: cache.embed(texts, [text_hash(t) for t in texts])
+
+
+def _mix(
+    embed: Any, picked: list[tuple[str, str]], probe: list[tuple[str, str]], index: dict[str, int], p_llm: Any, y: Any
+) -> dict[str, float]:
+    """The proxy on the same labels, and the LLM + proxy average, on the same test items."""
+    import numpy as np
+
+    from scoring.proxy import fit_proxy
+
+    proxy = fit_proxy(embed([t for t, _ in picked]), np.array([index[label] for _, label in picked]), len(index))
+    p_proxy = proxy.predict_proba(embed([t for t, _ in probe]))
+    return {
+        "proxy_accuracy": round(100 * float(np.mean(p_proxy.argmax(axis=1) == y)), 1),
+        "mix_accuracy": round(100 * float(np.mean((np.asarray(p_llm) + p_proxy).argmax(axis=1) == y)), 1),
+    }
 
 
 if __name__ == "__main__":
