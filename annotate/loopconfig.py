@@ -38,11 +38,12 @@ CPU_PROFILE: dict[str, Any] = {
 # in 14.6 s instead of 55.6 s, 3.5 instead of 5.9 GiB), 3 epochs capped at 48 steps of 32, lr 1e-3 (a warm adapter
 # barely moves in a few dozen steps at 2e-4), no dropout. Its cost: 89.2 % instead of 95.0 % on
 # TREC at 500 random labels in that benchmark (one seed); top_layers 0 trains every layer again.
-# min_steps 48 (added after that run, not yet measured on the GPU): every round takes the 48 steps
-# a round at 500+ labels takes anyway; by epochs alone a 100-label round got 12, and one adapter on
-# 100 SNIPS labels reached 28–33 % after 12 steps, 63–65 % after 36, 86–87 % after 72 (two seeds,
-# bench/steps_probe.py, bench/cpu-results/steps-probe-snips-100.json). The trainer's packed steps
-# (TrainConfig.packed, on by default) also came after that run: the six-set figures ran two passes.
+# min_steps 48: every round takes the 48 steps a round at 500+ labels takes anyway; by epochs alone
+# a 100-label round got 12, and one adapter on 100 SNIPS labels reached 28–33 % after 12 steps,
+# 63–65 % after 36, 86–87 % after 72 (two seeds, bench/steps_probe.py,
+# bench/cpu-results/steps-probe-snips-100.json). With it and the trainer's packed steps
+# (TrainConfig.packed, on by default) the session-6 run (bench/RESULTS.md) reached 1,000 labels on
+# all six sets and the round above took 13.3 s and 2.1 GiB.
 GPU_PROFILE: dict[str, Any] = {
     "max_context": 1024,
     "train": {

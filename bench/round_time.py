@@ -59,7 +59,7 @@ def _top(layers: int, batch: int, steps: int, *, packed: bool) -> dict[str, Any]
 
 
 # The session-5 measurements ran the two-pass step (prefix, then suffixes): packed=False reproduces
-# them. top8p is the trainer's default since, one packed sequence a step (not yet timed on a GPU).
+# them. top8p is the trainer's default since, one packed sequence a step (session 6: 13.3 s a round).
 # b64: batches of 64 at half the steps (a step is launch-bound: ~the same cost at 64 rows).
 CONFIGS.update(
     top4=_top(4, 32, 60, packed=False),

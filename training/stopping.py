@@ -28,10 +28,16 @@ def predictions_stable(
     return stable_run(kappas, threshold) >= window
 
 
-def first_stable(kappas: Sequence[float | None], **rule: float | int) -> int | None:
+def first_stable(
+    kappas: Sequence[float | None], *, threshold: float = STABLE_KAPPA, window: int = STABLE_WINDOW
+) -> int | None:
     """The index of the first round at which ``predictions_stable`` holds over the κ values so far
     (κ of round i against round i−1; None where there is none), or None if it never does."""
-    for i in range(len(kappas)):
-        if predictions_stable(kappas[: i + 1], **rule):  # type: ignore[arg-type]
+    if window < 1:
+        raise ValueError("window must be at least 1")
+    run = 0
+    for i, kappa in enumerate(kappas):
+        run = run + 1 if kappa is not None and kappa >= threshold else 0
+        if run >= window:
             return i
     return None

@@ -38,11 +38,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from annotate.loopconfig import loop_config
 from annotate.models import BatchItem, Item, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from annotate.services.projects import LabelInput, project_create
 from scoring.selection import STRATEGIES  # the production selection and the three ablations
+from training.ensemble import LoopConfig
 
 FULL_DATA = "full-data"
 POOL_SAMPLE_SEED = 0  # the pool sample is fixed across strategies and seeds, like the baseline's
@@ -335,18 +337,12 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "arms": metrics.get("arms"),
         "selection": {k: v for k, v in (metrics.get("selection") or {}).items() if k != "picks"} or None,
         "stop_kappa": _stop_kappa(row),
-        "config": resolved_config(_loop_config(row.project)),
+        "config": resolved_config(loop_config(row.project)),
         "batch_ids": [external_id for external_id, _ in batch],
     }
 
 
-def _loop_config(project: Project) -> Any:
-    from annotate.loopconfig import loop_config
-
-    return loop_config(project)
-
-
-def resolved_config(loop: Any) -> dict[str, Any]:
+def resolved_config(loop: LoopConfig) -> dict[str, Any]:
     """A LoopConfig as the record's "config": every default resolved (``loop_options`` holds only what
     the run overrode): training (steps, layers, packing...), selection, rescoring, engine. The prompt
     is left out (its hash identifies it; the label set is the data's)."""
@@ -477,7 +473,6 @@ def run_full_data(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -
     """K adapters trained once on the whole train split, then evaluated on the test set."""
     from django.conf import settings
 
-    from annotate.loopconfig import loop_config
     from annotate.selectors import loop as loop_sel
     from scoring import pipeline
     from scoring.engines import AdapterRef

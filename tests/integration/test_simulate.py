@@ -98,3 +98,14 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     report = (out / "report.md").read_text()
     assert all(f"| tiny | {strategy} | 2 |" in report for strategy in STRATEGIES), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss
+
+
+def test_a_negative_sample_size_is_a_clear_error_before_any_job(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from django.core.management.base import CommandError
+
+    write_data(tmp_path / "tiny")
+    out = tmp_path / "out"
+    with pytest.raises(CommandError, match="--test-sample"):
+        call_command("simulate", "--data", str(tmp_path / "tiny"), "--model", str(tiny_llama_dir),
+                     "--test-sample", "-1", "--out", str(out), "--work", str(tmp_path / "work"))  # fmt: skip
+    assert not (out / "records.jsonl").exists() and not (tmp_path / "work").exists()

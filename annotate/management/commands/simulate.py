@@ -117,6 +117,8 @@ class Command(BaseCommand):
             raise CommandError(f"{model_dir} is no HF model directory (pass --model, or run prepare_models)")
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
+        if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
+            raise CommandError("--pool-sample, --test-sample and --candidate-sample must be 0 (all) or positive")
         return sim.SimSpec(
             data_dir=data_dir,
             out_dir=out,
