@@ -72,12 +72,16 @@ class LoopOptions:
     # of κ is about ±0.01, the margin the 0.99 threshold tests; it costs the evaluation 500 prompts on
     # the prefix the test set already computed.
     stop_set_size: int
+    # The round's predictor (training/blend.py): "auto" blends the adapters' mean with the embedding
+    # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
+    blend: str
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
 
 
 KNOWN_OPTIONS = {f.name for f in fields(LoopOptions)}
 DEFAULT_STOP_SET_SIZE = 500
+BLEND_MODES = ("auto", "off")
 
 
 def _non_negative(raw: Mapping[str, Any], key: str, default: int) -> int:
@@ -106,9 +110,17 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         cold_mode=str(raw.get("cold_mode", "random")),
         arms=bool(raw.get("arms", True)),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
+        blend=_blend_mode(raw),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
         engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
     )
+
+
+def _blend_mode(raw: Mapping[str, Any]) -> str:
+    value = str(raw.get("blend", "auto"))
+    if value not in BLEND_MODES:
+        raise ValueError(f"loop option blend must be one of {list(BLEND_MODES)}, got {value!r}")
+    return value
 
 
 _PARSED: dict[str, LoopOptions] = {}
@@ -180,4 +192,5 @@ def loop_config(project: Project) -> LoopConfig:
         train=opts.train,
         engine_options=opts.engine_options,
         arms=opts.arms,
+        blend=opts.blend,
     )

@@ -39,6 +39,7 @@ class LoopConfig:
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...] = field(default=())
     arms: bool = True  # train the in-round active / random comparison arms
+    blend: str = "auto"  # the predictor: adapters + proxy at a held-out weight ("auto") or adapters alone ("off")
 
 
 ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}

@@ -121,6 +121,9 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
         ("Trained on", f"{int(metrics.get('labels', 0))} labels"),
         ("Test items", f"{int(metrics.get('test_n', 0))}"),
     ]
+    blend = metrics.get("blend") or {}
+    if isinstance(blend.get("weight"), int | float):
+        lines.append(("Predictor", blend_sentence(blend)))
     arms = metrics.get("arms") or {}
     if "active" in arms and "random" in arms:
         lines.append(
@@ -131,6 +134,22 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return lines
+
+
+def blend_sentence(blend: dict[str, Any]) -> str:
+    """Who predicts and why: the adapters' share of the blend with the embedding proxy, the held-out
+    evidence it was fitted on, and each part's accuracy on the test set."""
+    weight = float(blend["weight"])
+    who = (
+        "the adapters alone"
+        if weight >= 1.0
+        else "the embedding proxy alone"
+        if weight <= 0.0
+        else f"{100 * weight:.0f} % adapters + {100 * (1 - weight):.0f} % embedding proxy"
+    )
+    test = blend.get("test_accuracy") or {}
+    parts = f"; on the test set adapters {_pct(test.get('llm'))}, proxy {_pct(test.get('proxy'))}" if test else ""
+    return f"{who} ({blend.get('reason', '')}){parts}"
 
 
 def cost_lines(cost: dict[str, Any]) -> list[tuple[str, str]]:

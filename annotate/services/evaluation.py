@@ -3,12 +3,18 @@ live worker: the fixed random test set scored by the new prod ensemble, the scra
 arms; accuracy, macro-F1, per-class, confusion, ECE + reliability, Cohen's κ model-vs-human next to
 human-human; the prod ensemble's predictions on the fixed stop set (the stopping criterion's input);
 the learning-curve points and SVG; the round's cost.
+
+The round's predictor is the prod ensemble blended with the embedding proxy (training/blend.py): the
+round's own batch is first stored as held-out evidence (the adapters and the proxy of the round
+before never saw its labels), then the weight that predicted the latest batches best is applied to
+the test and stop sets. Loop option ``blend: "off"`` predicts with the adapters alone.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,14 +23,16 @@ from django.db.models import Sum
 
 from annotate import testhooks
 from annotate.loopconfig import loop_config, loop_options
-from annotate.models import AdapterVersion, Annotation, Round, WorkClaim
+from annotate.models import AdapterVersion, Annotation, BatchItem, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.projects import stop_set_draw
-from annotate.services.round_state import S, add_cost, read_plan, round_transition
+from annotate.services.round_state import S, add_cost, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
-from training import curves, ensemble
+from training import blend, curves, ensemble
+
+HELDOUT_FILE = "heldout.npz"
 
 
 def _clean(value: Any) -> Any:
@@ -88,12 +96,13 @@ def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarra
 
 
 def _score_sets(
-    row: Round, texts: list[str], y: np.ndarray, stop_texts: list[str]
-) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray]:
-    """Metrics and mean distribution per adapter set: prod (the ensemble), prod0 (its first member
-    alone), and where trained: scratch, active, random (none without test items); and the prod
-    ensemble's mean distribution on the stop set, scored in the same engine call as its test set so
-    the prompt prefix is computed once for both."""
+    row: Round, test_ids: list[int], texts: list[str], y: np.ndarray, stop_ids: list[int], stop_texts: list[str]
+) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray, dict[str, Any]]:
+    """Metrics and mean distribution per adapter set: prod (the round's predictor: the ensemble
+    blended with the proxy, training/blend.py), prod0 (its first member alone), and where trained:
+    scratch, active, random (none without test items); the predictor's distribution on the stop
+    set, scored in the same engine call as its test set so the prompt prefix is computed once for
+    both; and the blend's record for the metrics (empty with ``blend`` off)."""
     from training.evaluate import evaluate
 
     config = loop_config(row.project)
@@ -102,6 +111,9 @@ def _score_sets(
     names = loop_sel.label_names(project=row.project)
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     p_stop = np.empty((0, len(names)))
+    blend_record: dict[str, Any] = {}
+    if config.blend == "auto":
+        heldout_write(row, engine, renderer, len(names))
     by_arm: dict[str, list[AdapterVersion]] = {}
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
         by_arm.setdefault(adapter.arm, []).append(adapter)
@@ -109,6 +121,8 @@ def _score_sets(
         refs = loop_sel.adapter_refs(adapters)
         if arm == AdapterVersion.Arm.PROD:
             p_all = ensemble.ensemble_mean(engine, renderer, [*texts, *stop_texts], refs)
+            if config.blend == "auto":
+                p_all, blend_record = _blended(row, [*test_ids, *stop_ids], p_all, y)
             p_mean, p_stop = p_all[: len(texts)], p_all[len(texts) :]
             if texts:
                 out[arm] = (evaluate(p_mean, y, label_names=names), p_mean)
@@ -121,7 +135,104 @@ def _score_sets(
         out["prod0"] = (metrics, p_mean)
     elif "scratch" in out:
         out["prod0"] = out["prod"]
-    return out, p_stop
+    return out, p_stop, blend_record
+
+
+def heldout_path(row: Round) -> Path:
+    return round_dir(row) / HELDOUT_FILE
+
+
+def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int:
+    """The round's labelled batch as held-out evidence for the blend: its items' distributions under
+    the prod adapters of the round before (the ones that picked it) and under a proxy trained on
+    every label but the batch's — neither saw these labels. Written to the round's folder
+    (``heldout.npz``); a replay writes the same. Nothing for a round with no earlier adapters (the
+    seed round). Returns the number of held-out items."""
+    previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
+    rows = list(
+        BatchItem.objects.filter(round=row, item__final_label__isnull=False, item__is_test=False)
+        .order_by("item_id")
+        .values_list("item_id", "item__text", "item__text_hash", "item__final_label_id")
+    )
+    if not previous or not rows:
+        return 0
+    from annotate.services.selection import embeddings, proxy_probabilities
+    from scoring.files import atomic_save_npz
+
+    index = loop_sel.label_index(project=row.project)
+    ids = [r[0] for r in rows]
+    texts = [r[1] for r in rows]
+    y = np.array([index[r[3]] for r in rows], dtype=np.int64)
+    p_llm = ensemble.ensemble_mean(engine, renderer, texts, loop_sel.adapter_refs(previous))
+    labeled = loop_sel.labeled_items(project=row.project)
+    batch = set(ids)
+    before = [i for i, item_id in enumerate(labeled.item_ids) if item_id not in batch]
+    train_emb = embeddings([labeled.texts[i] for i in before], [labeled.hashes[i] for i in before])
+    p_proxy = proxy_probabilities(
+        train_emb, [labeled.label_indices[i] for i in before], embeddings(texts, [r[2] for r in rows]), n_classes
+    )
+    atomic_save_npz(
+        heldout_path(row),
+        item_ids=np.array(ids, dtype=np.int64),
+        y=y,
+        p_llm=np.asarray(p_llm, dtype=np.float32),
+        p_proxy=np.asarray(p_proxy, dtype=np.float32),
+    )
+    return len(ids)
+
+
+def heldout_evidence(row: Round, n_classes: int) -> list[blend.HeldOut]:
+    """The held-out files of this round and the finished rounds before it, the latest
+    ``blend.WINDOW`` that exist (a file of another label-set size is skipped)."""
+    rounds = Round.objects.filter(project=row.project, number__lte=row.number).order_by("-number")
+    evidence: list[blend.HeldOut] = []
+    for earlier in rounds:
+        if earlier.id != row.id and earlier.status != S.DONE:
+            continue
+        path = heldout_path(earlier)
+        if not path.exists():
+            continue
+        with np.load(path) as data:
+            if data["p_llm"].shape[1] != n_classes:
+                continue
+            evidence.append(blend.HeldOut(y=data["y"], p_llm=data["p_llm"], p_proxy=data["p_proxy"]))
+        if len(evidence) == blend.WINDOW:
+            break
+    return evidence
+
+
+def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """The predictor's distributions on ``item_ids`` (test then stop items): the adapters' mean
+    ``p_llm`` blended with the proxy trained on every label, at the weight the held-out evidence
+    fits; and the record the ML page shows (weight, why, held-out and test accuracy of each part)."""
+    from annotate.services.selection import embeddings, proxy_probabilities
+
+    n_classes = p_llm.shape[1]
+    fit = blend.fit_weight(heldout_evidence(row, n_classes))
+    record: dict[str, Any] = {
+        "weight": fit.weight,
+        "heldout_n": fit.n,
+        "heldout_accuracy": fit.accuracy,
+        "reason": fit.reason,
+    }
+    if not item_ids:
+        return p_llm, record
+    labeled = loop_sel.labeled_items(project=row.project)
+    hashes = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text_hash"))
+    texts = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text"))
+    p_proxy = proxy_probabilities(
+        embeddings(labeled.texts, labeled.hashes),
+        labeled.label_indices,
+        embeddings([texts[i] for i in item_ids], [hashes[i] for i in item_ids]),
+        n_classes,
+    )
+    p = blend.blend(p_llm, p_proxy, fit.weight)
+    if len(y):
+        record["test_accuracy"] = {
+            name: float((q[: len(y)].argmax(axis=1) == y).mean())
+            for name, q in (("llm", p_llm), ("proxy", p_proxy), ("blend", p))
+        }
+    return p, record
 
 
 def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:
@@ -176,7 +287,13 @@ def _evaluate(row: Round) -> None:
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids)}
-    scores, p_stop = _score_sets(row, texts, y, stop_texts) if test_ids or stop_ids else ({}, np.empty((0, 0)))
+    scores, p_stop, blend_record = (
+        _score_sets(row, test_ids, texts, y, stop_ids, stop_texts)
+        if test_ids or stop_ids
+        else ({}, np.empty((0, 0)), {})
+    )
+    if blend_record:
+        metrics["blend"] = blend_record
     if stop_ids:
         metrics["stop_set"] = _stop_predictions(row, stop_ids, p_stop)
     if test_ids:

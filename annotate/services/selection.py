@@ -179,7 +179,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         labeled = loop_sel.labeled_items(project=round.project)
         emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
-            proxy_p = _proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
+            proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
             committee_p = committee_distribution(mean_p, proxy_p, config.k)
             if round.strategy == "portfolio":
                 split = portfolio_split(
@@ -230,7 +230,7 @@ def portfolio_split(
     return portfolio.split_labels(labeled_emb, y, arms, n_classes, pipeline.step_rng(round.seed, "portfolio"))
 
 
-def _proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
+def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
     """The embedding proxy (logistic regression on the labels so far) over the eligible rows."""
     from scoring.proxy import fit_proxy
 

@@ -327,6 +327,9 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "macro_f1": metrics.get("macro_f1"),
         "ece": metrics.get("ece"),
         "test_n": metrics.get("test_n"),
+        # The predictor's parts on the test set and the blend's weight (training/blend.py); None with
+        # blend off. "accuracy" above is the predictor's (the blend's).
+        "blend": _blend_of(metrics),
         "seconds": {step: round(s, 3) for step, s in seconds.items()},
         "round_seconds": round(sum(seconds.values()), 3),
         "service_seconds": service,
@@ -339,6 +342,19 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "stop_kappa": _stop_kappa(row),
         "config": resolved_config(loop_config(row.project)),
         "batch_ids": [external_id for external_id, _ in batch],
+    }
+
+
+def _blend_of(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    blend = metrics.get("blend")
+    if not blend:
+        return None
+    test = blend.get("test_accuracy") or {}
+    return {
+        "weight": blend.get("weight"),
+        "heldout_n": blend.get("heldout_n"),
+        "accuracy_llm": test.get("llm"),
+        "accuracy_proxy": test.get("proxy"),
     }
 
 

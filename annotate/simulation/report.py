@@ -408,6 +408,42 @@ def stopping_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+BLEND_AT = (200, 500, 1000)
+
+
+def blend_table(records: Sequence[dict[str, Any]]) -> str:
+    """The predictor's parts (training/blend.py) per (data, strategy) at 200 / 500 / 1,000 labels:
+    the adapters alone, the proxy alone and the blend on the test set, and the weight on the
+    adapters (mean over seeds). Empty when no record carries a blend (runs with ``blend`` off or
+    made before it existed)."""
+    rows: dict[tuple[str, str], dict[int, dict[int, dict[str, Any]]]] = {}
+    for r in records:
+        if r.get("strategy") != FULL_DATA and r.get("blend") and r.get("labels") in BLEND_AT:
+            rows.setdefault((r["data"], r["strategy"]), {}).setdefault(int(r["labels"]), {})[int(r["seed"])] = r
+    if not rows:
+        return ""
+    head = " | ".join(f"@{n}: adapters / proxy / blend (w)" for n in BLEND_AT)
+    lines = [f"| data | strategy | {head} |", "|---|---|" + "---|" * len(BLEND_AT)]
+    for (data, strategy), by_labels in sorted(rows.items(), key=lambda kv: (kv[0][0], strategy_order(kv[0][1]))):
+        cells = []
+        for n in BLEND_AT:
+            seeds = list(by_labels.get(n, {}).values())
+            if not seeds:
+                cells.append(DASH)
+                continue
+
+            def pct(key: str, rows: list[dict[str, Any]] = seeds) -> str:
+                values = [r["blend"].get(key) for r in rows if r["blend"].get(key) is not None]
+                return f"{100 * float(np.mean(values)):.1f}" if values else DASH
+
+            weights = [float(r["blend"]["weight"]) for r in seeds if r["blend"].get("weight") is not None]
+            blended = f"{100 * float(np.mean([float(r['accuracy']) for r in seeds])):.1f}"
+            w = f"{np.mean(weights):.2f}" if weights else DASH
+            cells.append(f"{pct('accuracy_llm')} / {pct('accuracy_proxy')} / {blended} ({w})")
+        lines.append(f"| {data} | {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def test_sets_line(records: Sequence[dict[str, Any]]) -> str:
     """The test items each set's accuracies are on: the whole test split, or a fixed sample of it
     (``--test-sample``: the same items for every strategy and seed)."""
@@ -441,6 +477,16 @@ def write_report(
             "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
             " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
             paired_table(paired_rows(records, base)),
+            *(
+                [
+                    "The predictor's parts on the test set (mean over seeds, accuracy %): the K adapters"
+                    " alone, the embedding proxy alone, and the blend the curves above report, with its"
+                    " weight on the adapters (fitted on held-out batch labels, training/blend.py):",
+                    blend_table(records),
+                ]
+                if blend_table(records)
+                else []
+            ),
             "The stopping rule of the ML page, replayed on these curves (κ ≥ 0.99 for 3 round pairs):",
             stopping_table(records),
             "Seconds per round step (mean over rounds and seeds):",

@@ -79,3 +79,15 @@ def test_cost_and_metrics_in_words_and_units() -> None:
     assert lines["Test accuracy"] == "81.2 %" and lines["Trained on"] == "40 labels"
     assert lines["Active vs random"] == "80.0 % vs 75.0 % at 20 labels each"
     assert not any("_" in name for name in lines)  # no raw keys such as kappa_model_human_n
+    assert "Predictor" not in lines  # no blend recorded (blend off, or a round from before it)
+    metrics["blend"] = {
+        "weight": 0.7,
+        "heldout_n": 150,
+        "reason": "w = 0.7 on the adapters predicted 150 held-out labels best (84.0 % vs 80.0 %, 76.0 %)",
+        "test_accuracy": {"llm": 0.79, "proxy": 0.74, "blend": 0.8123},
+    }
+    predictor = dict(metric_lines(metrics))["Predictor"]
+    assert predictor.startswith("70 % adapters + 30 % embedding proxy (w = 0.7 on the adapters predicted 150")
+    assert predictor.endswith("on the test set adapters 79.0 %, proxy 74.0 %")
+    metrics["blend"] = {"weight": 1.0, "heldout_n": 0, "reason": "no held-out labels yet: adapters alone"}
+    assert dict(metric_lines(metrics))["Predictor"] == "the adapters alone (no held-out labels yet: adapters alone)"

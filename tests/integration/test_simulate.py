@@ -1,5 +1,6 @@
 """The simulation harness end to end on CPU, tiny: a 2-layer random llama, 60 pool rows and 20 test
-rows of three labels, every strategy × 2 seeds × 2 rounds of batch 5, plus the full-data run. Checks
+rows of three labels, every strategy × 2 seeds × 2 rounds (a seed set of 5, then a batch of 10),
+plus the full-data run. Checks
 the records and the plot, not the numbers (a random tiny model learns nothing in 2 steps)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from scoring.selection import NEEDS_SCORES, STRATEGIES
+from training.blend import GRID
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -44,7 +46,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         "--strategy", "all",
         "--seeds", "2",
         "--rounds", "2",
-        "--batch", "5",
+        "--batch", "10",
         "--test-sample", "15",  # a fixed 15 of the 20 test rows, the same for every job
         "--seed-labels", "5",
         "--k", "1",
@@ -63,7 +65,8 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     )
     for r in rounds:
         assert set(r) >= ROUND_KEYS, ROUND_KEYS - set(r)
-        assert r["labels"] == 5 * r["round"] and r["batch"] == 5 and r["test_n"] == 15 == r["test_sample"]
+        assert r["labels"] == {1: 5, 2: 15}[r["round"]] and r["batch"] == {1: 5, 2: 10}[r["round"]]
+        assert r["test_n"] == 15 == r["test_sample"]
         assert 0.0 <= r["accuracy"] <= 1.0 and {"training", "evaluating", "labeling"} <= set(r["seconds"])
         assert all(i.startswith("train-") for i in r["batch_ids"])  # test items are never selected
         # The resolved configuration, defaults included, next to the overrides it came from.
@@ -83,6 +86,18 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
             # The stopping signal from round 2 on; the portfolio's split where it chose the batch.
             assert first["stop_kappa"] is None and second["stop_kappa"] is not None, second
             assert -1.0 <= second["stop_kappa"] <= 1.0
+            # The predictor: the adapters alone in the seed round (nothing held out yet); from round 2
+            # on blended with the proxy at the weight the batch's held-out labels fit (10 of them).
+            assert first["blend"]["weight"] == 1.0 and first["blend"]["heldout_n"] == 0, first["blend"]
+            assert first["accuracy"] == first["blend"]["accuracy_llm"]
+            assert second["blend"]["heldout_n"] == 10 and second["blend"]["weight"] in GRID, second["blend"]
+            for part in ("accuracy_llm", "accuracy_proxy"):
+                assert 0.0 <= second["blend"][part] <= 1.0
+            if second["blend"]["weight"] in (0.0, 1.0):
+                assert (
+                    second["accuracy"]
+                    == second["blend"]["accuracy_proxy" if second["blend"]["weight"] == 0.0 else "accuracy_llm"]
+                )
             if strategy == "portfolio":
                 assert second["selection"]["reason"].startswith("gathering evidence"), second["selection"]
                 assert set(second["selection"]["shares"]) == {"margin", "softrank", "random"}

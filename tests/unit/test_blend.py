@@ -1,0 +1,92 @@
+"""The round's predictor on arrays: the adapters' mean blended with the embedding proxy at a weight
+fitted on held-out batches (training/blend.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from training.blend import GRID, MIN_HELDOUT, BlendInputError, HeldOut, blend, fit_weight
+
+
+def _onehot(labels: np.ndarray, n_classes: int, sharp: float = 0.9) -> np.ndarray:
+    p = np.full((len(labels), n_classes), (1 - sharp) / (n_classes - 1))
+    p[np.arange(len(labels)), labels] = sharp
+    return p
+
+
+def test_blend_mixes_rows_and_keeps_distributions():
+    a = np.array([[1.0, 0.0], [0.5, 0.5]])
+    b = np.array([[0.0, 1.0], [0.2, 0.8]])
+    out = blend(a, b, 0.7)
+    assert np.allclose(out, [[0.7, 0.3], [0.41, 0.59]])
+    assert np.allclose(out.sum(axis=1), 1.0)
+    assert np.array_equal(blend(a, b, 1.0), a) and np.array_equal(blend(a, b, 0.0), b)
+
+
+@pytest.mark.parametrize(
+    "a, b, weight",
+    [
+        (np.ones((2, 3)) / 3, np.ones((2, 2)) / 2, 0.5),  # class counts differ
+        (np.ones(3) / 3, np.ones(3) / 3, 0.5),  # not [N, C]
+        (np.ones((2, 2)) / 2, np.ones((2, 2)) / 2, 1.5),  # weight outside [0, 1]
+        (np.array([[np.nan, 1.0]]), np.array([[0.5, 0.5]]), 0.5),
+    ],
+)
+def test_blend_refuses_bad_input(a, b, weight):
+    with pytest.raises(BlendInputError):
+        blend(a, b, weight)
+
+
+def test_no_evidence_or_too_little_keeps_the_adapters_alone():
+    assert fit_weight([]).weight == 1.0 and fit_weight([]).n == 0
+    y = np.array([0, 1, 0])
+    few = HeldOut(y=y, p_llm=_onehot(1 - y, 2), p_proxy=_onehot(y, 2))
+    fit = fit_weight([few])
+    assert fit.n == 3 < MIN_HELDOUT
+    assert fit.weight == 1.0 and "adapters alone" in fit.reason
+
+
+def test_the_better_part_wins_and_a_complementary_pair_mixes():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, size=60)
+    right, wrong = _onehot(y, 4), _onehot((y + 1) % 4, 4)
+    assert fit_weight([HeldOut(y=y, p_llm=right, p_proxy=wrong)]).weight > 0.5
+    assert fit_weight([HeldOut(y=y, p_llm=wrong, p_proxy=right)]).weight < 0.5
+    # The adapters are sure and right on the first half, unsure (and a little wrong) on the second,
+    # where the proxy is right: only a mix gets both halves.
+    half = len(y) // 2
+    llm = right.copy()
+    llm[half:] = 0.25
+    llm[np.arange(half, len(y)), (y[half:] + 1) % 4] = 0.28
+    proxy = _onehot(y, 4, sharp=0.4)
+    proxy[:half] = _onehot((y[:half] + 2) % 4, 4, sharp=0.4)
+    fit = fit_weight([HeldOut(y=y, p_llm=llm, p_proxy=proxy)])
+    assert 0.0 < fit.weight < 1.0
+    assert fit.accuracy["blend"] == 1.0 and fit.accuracy["llm"] == 0.5 and fit.accuracy["proxy"] == 0.5
+
+
+def test_evidence_of_several_batches_is_pooled_and_checked():
+    y = np.arange(12) % 3
+    part = HeldOut(y=y, p_llm=_onehot(y, 3), p_proxy=_onehot(y, 3))
+    assert fit_weight([part, part]).n == 24
+    with pytest.raises(BlendInputError):
+        fit_weight([HeldOut(y=y[:5], p_llm=_onehot(y, 3), p_proxy=_onehot(y, 3))])
+    with pytest.raises(BlendInputError):
+        fit_weight([HeldOut(y=y + 3, p_llm=_onehot(y, 3), p_proxy=_onehot(y, 3))])
+
+
+def _dist(n: int, c: int) -> st.SearchStrategy[np.ndarray]:
+    return arrays(np.float64, (n, c), elements=st.floats(0.01, 1.0)).map(lambda a: a / a.sum(axis=1, keepdims=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.integers(MIN_HELDOUT, 40), st.integers(2, 6))
+def test_the_fitted_blend_is_never_worse_than_either_part_on_its_evidence(data, n, c):
+    y = data.draw(arrays(np.int64, n, elements=st.integers(0, c - 1)))
+    fit = fit_weight([HeldOut(y=y, p_llm=data.draw(_dist(n, c)), p_proxy=data.draw(_dist(n, c)))])
+    assert fit.weight in GRID
+    assert fit.accuracy["blend"] >= max(fit.accuracy["llm"], fit.accuracy["proxy"])
