@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,8 +62,9 @@ def blend(p_llm: np.ndarray, p_proxy: np.ndarray, weight: float) -> np.ndarray:
 
 
 def fit_weight(evidence: Sequence[HeldOut], *, grid: Sequence[float] = GRID) -> BlendFit:
-    """The grid weight with the best held-out accuracy over ``evidence`` (ties: higher mean
-    log-likelihood, then the larger weight). Deterministic."""
+    """The grid weight with the best held-out accuracy over ``evidence`` (ties: higher
+    log-likelihood, then the larger weight): ``choose_weight`` over the pooled ``weight_counts``, so
+    a replay from recorded counts picks the same weight. Deterministic."""
     parts = [e for e in evidence if len(e.y)]
     if not parts:
         return BlendFit(1.0, 0, {"llm": None, "proxy": None, "blend": None}, "no held-out labels yet: adapters alone")
@@ -70,7 +72,7 @@ def fit_weight(evidence: Sequence[HeldOut], *, grid: Sequence[float] = GRID) -> 
     p_llm, p_proxy = _pair(np.concatenate([e.p_llm for e in parts]), np.concatenate([e.p_proxy for e in parts]))
     if len(y) != len(p_llm):
         raise BlendInputError(f"{len(y)} labels but {len(p_llm)} distributions")
-    if len(y) and (y.min() < 0 or y.max() >= p_llm.shape[1]):
+    if y.min() < 0 or y.max() >= p_llm.shape[1]:
         raise BlendInputError(f"labels must lie in 0..{p_llm.shape[1] - 1}")
     acc_llm, acc_proxy = _accuracy(p_llm, y), _accuracy(p_proxy, y)
     if len(y) < MIN_HELDOUT:
@@ -80,23 +82,74 @@ def fit_weight(evidence: Sequence[HeldOut], *, grid: Sequence[float] = GRID) -> 
             {"llm": acc_llm, "proxy": acc_proxy, "blend": acc_llm},
             f"only {len(y)} held-out labels (< {MIN_HELDOUT}): adapters alone",
         )
-    best: tuple[float, float, float] | None = None
-    for w in grid:
-        if not 0.0 <= w <= 1.0:
-            raise BlendInputError(f"grid weights must be within [0, 1], got {w}")
-        p = w * p_llm + (1.0 - w) * p_proxy
-        key = (_accuracy(p, y), float(np.log(np.clip(p[np.arange(len(y)), y], EPS, 1.0)).mean()), float(w))
-        if best is None or key > best:
-            best = key
-    assert best is not None
-    weight = best[2]
+    counts = pool([weight_counts(e.p_llm, e.p_proxy, e.y, grid=grid) for e in parts])
+    weight = choose_weight(counts, grid=grid)
+    acc = counts["correct"][list(grid).index(weight)] / len(y)
     return BlendFit(
         weight,
         len(y),
-        {"llm": acc_llm, "proxy": acc_proxy, "blend": best[0]},
+        {"llm": acc_llm, "proxy": acc_proxy, "blend": acc},
         f"w = {weight:.1f} on the adapters predicted {len(y)} held-out labels best "
-        f"({100 * best[0]:.1f} % vs adapters {100 * acc_llm:.1f} %, proxy {100 * acc_proxy:.1f} %)",
+        f"({100 * acc:.1f} % vs adapters {100 * acc_llm:.1f} %, proxy {100 * acc_proxy:.1f} %)",
     )
+
+
+def choose_weight(
+    counts: dict[str, Any], *, grid: Sequence[float] = GRID, min_n: int = MIN_HELDOUT, guard: float | None = None
+) -> float:
+    """The weight a rule picks from pooled ``weight_counts``: the most items right, then the higher
+    log-likelihood, then the larger weight; 1 (the adapters alone) with fewer than ``min_n`` items.
+    ``guard`` z: keep 1 unless the pick's gain over the adapters alone clears z standard errors of
+    its discordant items (gain - loss >= z·sqrt(gain + loss), a McNemar-style test)."""
+    if any(not 0.0 <= w <= 1.0 for w in grid):
+        raise BlendInputError(f"grid weights must be within [0, 1], got {list(grid)}")
+    if len(counts["correct"]) != len(grid):
+        raise BlendInputError(f"counts hold {len(counts['correct'])} weights, the grid {len(grid)}")
+    if int(counts["n"]) < min_n:
+        return 1.0
+    keys = [(counts["correct"][i], counts["loglik"][i], float(w)) for i, w in enumerate(grid)]
+    i = max(range(len(grid)), key=lambda j: keys[j])
+    if guard is not None:
+        gain, loss = counts["gain"][i], counts["loss"][i]
+        if gain - loss < max(guard * float(np.sqrt(gain + loss)), 1e-9):
+            return 1.0
+    return float(grid[i])
+
+
+def pool(counts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``weight_counts`` (batches, rounds) as one: every count summed per weight."""
+    if not counts:
+        raise BlendInputError("nothing to pool")
+    out: dict[str, Any] = {"n": sum(int(c["n"]) for c in counts)}
+    for key in ("correct", "gain", "loss", "loglik"):
+        out[key] = [sum(values) for values in zip(*(c[key] for c in counts), strict=True)]
+    return out
+
+
+def weight_counts(
+    p_llm: np.ndarray, p_proxy: np.ndarray, y: np.ndarray, *, grid: Sequence[float] = GRID
+) -> dict[str, Any]:
+    """What every grid weight does on one set of labelled items, as sums that add up over sets
+    (rounds, batches): ``n``; per weight the items the blend gets right (``correct``), right where
+    the adapters alone are wrong (``gain``), wrong where they are right (``loss``), and the summed
+    log-likelihood of the gold label (``loglik``, probabilities floored at EPS). The evaluation stores
+    them for the round's batch, its random slice and the test set, so any rule for choosing the
+    weight can be replayed on recorded runs (bench/blend_rules.py) without the models."""
+    a, b = _pair(p_llm, p_proxy)
+    gold = np.asarray(y, dtype=np.int64)
+    if len(gold) != len(a):
+        raise BlendInputError(f"{len(gold)} labels but {len(a)} distributions")
+    rows = np.arange(len(gold))
+    llm_right = a.argmax(axis=1) == gold if len(gold) else np.zeros(0, bool)
+    out: dict[str, Any] = {"n": len(gold), "correct": [], "gain": [], "loss": [], "loglik": []}
+    for w in grid:
+        p = w * a + (1.0 - w) * b
+        right = p.argmax(axis=1) == gold if len(gold) else np.zeros(0, bool)
+        out["correct"].append(int(right.sum()))
+        out["gain"].append(int((right & ~llm_right).sum()))
+        out["loss"].append(int((~right & llm_right).sum()))
+        out["loglik"].append(round(float(np.log(np.clip(p[rows, gold], EPS, 1.0)).sum()), 4))
+    return out
 
 
 def _accuracy(p: np.ndarray, y: np.ndarray) -> float:

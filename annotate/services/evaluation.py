@@ -152,7 +152,7 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int
     rows = list(
         BatchItem.objects.filter(round=row, item__final_label__isnull=False, item__is_test=False)
         .order_by("item_id")
-        .values_list("item_id", "item__text", "item__text_hash", "item__final_label_id")
+        .values_list("item_id", "item__text", "item__text_hash", "item__final_label_id", "source")
     )
     if not previous or not rows:
         return 0
@@ -177,6 +177,7 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int
         y=y,
         p_llm=np.asarray(p_llm, dtype=np.float32),
         p_proxy=np.asarray(p_proxy, dtype=np.float32),
+        uniform=np.array([r[4] == BatchItem.Source.RANDOM for r in rows], dtype=bool),  # the random slice
     )
     return len(ids)
 
@@ -214,6 +215,7 @@ def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) 
         "heldout_n": fit.n,
         "heldout_accuracy": fit.accuracy,
         "reason": fit.reason,
+        "evidence": _batch_evidence(row, n_classes),
     }
     if not item_ids:
         return p_llm, record
@@ -232,7 +234,25 @@ def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) 
             name: float((q[: len(y)].argmax(axis=1) == y).mean())
             for name, q in (("llm", p_llm), ("proxy", p_proxy), ("blend", p))
         }
+        record["evidence"]["test"] = blend.weight_counts(p_llm[: len(y)], p_proxy[: len(y)], y)
     return p, record
+
+
+def _batch_evidence(row: Round, n_classes: int) -> dict[str, Any]:
+    """Every grid weight's counts (training.blend.weight_counts) on this round's held-out batch and on
+    its random slice alone — the inputs of any other rule for the weight, replayed offline by
+    bench/blend_rules.py together with the test set's counts (which never choose the weight)."""
+    out: dict[str, Any] = {"grid": list(blend.GRID)}
+    path = heldout_path(row)
+    if not path.exists():
+        return out
+    with np.load(path) as data:
+        if data["p_llm"].shape[1] != n_classes:
+            return out
+        y, p_llm, p_proxy, uniform = data["y"], data["p_llm"], data["p_proxy"], data["uniform"]
+    out["batch"] = blend.weight_counts(p_llm, p_proxy, y)
+    out["uniform"] = blend.weight_counts(p_llm[uniform], p_proxy[uniform], y[uniform])
+    return out
 
 
 def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:

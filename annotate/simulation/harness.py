@@ -355,6 +355,7 @@ def _blend_of(metrics: dict[str, Any]) -> dict[str, Any] | None:
         "heldout_n": blend.get("heldout_n"),
         "accuracy_llm": test.get("llm"),
         "accuracy_proxy": test.get("proxy"),
+        "evidence": blend.get("evidence"),  # per-weight counts: batch, random slice, test (bench/blend_rules.py)
     }
 
 

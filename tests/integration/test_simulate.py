@@ -113,6 +113,22 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     report = (out / "report.md").read_text()
     assert all(f"| tiny | {strategy} | 2 |" in report for strategy in STRATEGIES), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss
+    # The blend's per-weight counts replay the recorded predictor exactly (bench/blend_rules.py).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import blend_rules
+
+    by_job = blend_rules.jobs(records)
+    assert len(by_job) == 2 * len(STRATEGIES)
+    for job_rounds in by_job.values():
+        default = blend_rules.replay(job_rounds, blend_rules.RULES[blend_rules.DEFAULT])
+        alone = blend_rules.replay(job_rounds, blend_rules.RULES["adapters alone (w = 1)"])
+        for r, (_, w, acc), (_, _, acc_llm) in zip(job_rounds, default, alone, strict=True):
+            assert w == r["blend"]["weight"] and acc == pytest.approx(100 * r["accuracy"])
+            assert acc_llm == pytest.approx(100 * r["blend"]["accuracy_llm"])
+    n_rounds = 2 * 2 * len(STRATEGIES)
+    assert f"the default rule gives the recorded weight in {n_rounds} of {n_rounds} rounds" in blend_rules.tables(
+        records
+    )
 
 
 def test_a_negative_sample_size_is_a_clear_error_before_any_job(tiny_llama_dir: Path, tmp_path: Path) -> None:

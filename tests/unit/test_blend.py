@@ -9,7 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from training.blend import GRID, MIN_HELDOUT, BlendInputError, HeldOut, blend, fit_weight
+from training.blend import (
+    GRID,
+    MIN_HELDOUT,
+    BlendInputError,
+    HeldOut,
+    blend,
+    choose_weight,
+    fit_weight,
+    pool,
+    weight_counts,
+)
 
 
 def _onehot(labels: np.ndarray, n_classes: int, sharp: float = 0.9) -> np.ndarray:
@@ -90,3 +100,35 @@ def test_the_fitted_blend_is_never_worse_than_either_part_on_its_evidence(data, 
     fit = fit_weight([HeldOut(y=y, p_llm=data.draw(_dist(n, c)), p_proxy=data.draw(_dist(n, c)))])
     assert fit.weight in GRID
     assert fit.accuracy["blend"] >= max(fit.accuracy["llm"], fit.accuracy["proxy"])
+
+
+def test_counts_add_up_and_replay_the_fit():
+    rng = np.random.default_rng(3)
+    parts = []
+    for n in (30, 25, 40):
+        y = rng.integers(0, 5, size=n)
+        parts.append(
+            HeldOut(y=y, p_llm=rng.dirichlet(np.ones(5), size=n), p_proxy=rng.dirichlet(np.ones(5) * 0.5, size=n))
+        )
+    counts = [weight_counts(e.p_llm, e.p_proxy, e.y) for e in parts]
+    pooled = pool(counts)
+    assert pooled["n"] == 95 and len(pooled["correct"]) == len(GRID)
+    whole = weight_counts(*(np.concatenate([getattr(e, k) for e in parts]) for k in ("p_llm", "p_proxy", "y")))
+    assert pooled["correct"] == whole["correct"] and pooled["gain"] == whole["gain"]
+    # At w = 1 the blend is the adapters: nothing gained, nothing lost.
+    assert pooled["gain"][-1] == pooled["loss"][-1] == 0
+    assert choose_weight(pooled) == fit_weight(parts).weight  # a replay from the counts picks the same
+
+
+def test_the_guard_keeps_the_adapters_unless_the_gain_is_clear():
+    counts = {"n": 100, "correct": [60] * 10 + [58], "gain": [6] * 10 + [0], "loss": [4] * 10 + [0]}
+    counts["loglik"] = [-50.0] * 11
+    assert choose_weight(counts) == 0.9  # two items more: the plain rule moves
+    assert choose_weight(counts, guard=1.0) == 1.0  # 6 - 4 < sqrt(10): not clear
+    clear = {**counts, "gain": [12] * 10 + [0], "loss": [2] * 10 + [0]}
+    assert choose_weight(clear, guard=1.0) == 0.9  # 12 - 2 >= sqrt(14)
+    assert choose_weight({**counts, "n": 5}) == 1.0  # too few items
+    with pytest.raises(BlendInputError):
+        choose_weight({**counts, "correct": [1, 2]})
+    with pytest.raises(BlendInputError):
+        pool([])
