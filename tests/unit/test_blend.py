@@ -99,7 +99,9 @@ def test_the_fitted_blend_is_never_worse_than_either_part_on_its_evidence(data, 
     y = data.draw(arrays(np.int64, n, elements=st.integers(0, c - 1)))
     fit = fit_weight([HeldOut(y=y, p_llm=data.draw(_dist(n, c)), p_proxy=data.draw(_dist(n, c)))])
     assert fit.weight in GRID
-    assert fit.accuracy["blend"] >= max(fit.accuracy["llm"], fit.accuracy["proxy"])
+    blended, llm, proxy = (fit.accuracy[part] for part in ("blend", "llm", "proxy"))
+    assert blended is not None and llm is not None and proxy is not None
+    assert blended >= max(llm, proxy)
 
 
 def test_counts_add_up_and_replay_the_fit():

@@ -41,3 +41,10 @@ def test_the_stop_set_size_defaults_to_500_and_zero_turns_it_off() -> None:
     assert parse_loop_options({"profile": "gpu", "stop_set_size": 0}).stop_set_size == 0
     with pytest.raises(ValueError, match="stop_set_size must be 0 .off. or positive"):
         parse_loop_options({"profile": "cpu", "stop_set_size": -1})
+
+
+def test_the_blend_is_on_by_default_and_off_or_a_typo_is_checked() -> None:
+    assert parse_loop_options({"profile": "cpu"}).blend == "auto"
+    assert parse_loop_options({"profile": "gpu", "blend": "off"}).blend == "off"
+    with pytest.raises(ValueError, match=r"blend must be one of \['auto', 'off'\], got 'of'"):
+        parse_loop_options({"profile": "cpu", "blend": "of"})
