@@ -27,7 +27,7 @@ from annotate.models import AdapterVersion, Annotation, BatchItem, Item, Round, 
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.projects import stop_set_draw
-from annotate.services.round_state import S, add_cost, read_plan, round_dir, round_transition
+from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
 from training import blend, curves, ensemble
@@ -144,8 +144,8 @@ def heldout_path(row: Round) -> Path:
 
 def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int:
     """The round's labelled batch as held-out evidence for the blend: its items' distributions under
-    the prod adapters of the round before (the ones that picked it) and under a proxy trained on
-    every label but the batch's — neither saw these labels. Written to the round's folder
+    the prod adapters of the round before (the ones that picked it) and under a proxy trained on the
+    labels those adapters trained on (that round's plan) — neither saw these labels. Written to the round's folder
     (``heldout.npz``); a replay writes the same. Nothing for a round with no earlier adapters (the
     seed round). Returns the number of held-out items."""
     previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
@@ -154,9 +154,9 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int
         .order_by("item_id")
         .values_list("item_id", "item__text", "item__text_hash", "item__final_label_id", "source")
     )
-    if not previous or not rows:
-        return 0
-    from annotate.services.selection import embeddings, proxy_probabilities
+    if not previous or not rows or not plan_path(previous[0].round).is_file():
+        return 0  # the seed round, nothing labelled, or the earlier round's plan gone: no evidence
+    from annotate.services.proxy import embeddings, proxy_probabilities
     from scoring.files import atomic_save_npz
 
     index = loop_sel.label_index(project=row.project)
@@ -164,12 +164,9 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int
     texts = [r[1] for r in rows]
     y = np.array([index[r[3]] for r in rows], dtype=np.int64)
     p_llm = ensemble.ensemble_mean(engine, renderer, texts, loop_sel.adapter_refs(previous))
-    labeled = loop_sel.labeled_items(project=row.project)
-    batch = set(ids)
-    before = [i for i, item_id in enumerate(labeled.item_ids) if item_id not in batch]
-    train_emb = embeddings([labeled.texts[i] for i in before], [labeled.hashes[i] for i in before])
+    train_texts, train_hashes, train_y = _plan_labels(previous[0].round, exclude=set(ids))
     p_proxy = proxy_probabilities(
-        train_emb, [labeled.label_indices[i] for i in before], embeddings(texts, [r[2] for r in rows]), n_classes
+        embeddings(train_texts, train_hashes), train_y, embeddings(texts, [r[2] for r in rows]), n_classes
     )
     atomic_save_npz(
         heldout_path(row),
@@ -205,8 +202,9 @@ def heldout_evidence(row: Round, n_classes: int) -> list[blend.HeldOut]:
 def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     """The predictor's distributions on ``item_ids`` (test then stop items): the adapters' mean
     ``p_llm`` blended with the proxy trained on every label, at the weight the held-out evidence
-    fits; and the record the ML page shows (weight, why, held-out and test accuracy of each part)."""
-    from annotate.services.selection import embeddings, proxy_probabilities
+    fits (the proxy learns from the labels the adapters trained on: the round's plan); and the record
+    the ML page shows (weight, why, held-out and test accuracy of each part)."""
+    from annotate.services.proxy import embeddings, proxy_probabilities
 
     n_classes = p_llm.shape[1]
     fit = blend.fit_weight(heldout_evidence(row, n_classes))
@@ -219,13 +217,12 @@ def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) 
     }
     if not item_ids:
         return p_llm, record
-    labeled = loop_sel.labeled_items(project=row.project)
-    hashes = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text_hash"))
-    texts = dict(Item.objects.filter(id__in=item_ids).values_list("id", "text"))
+    train_texts, train_hashes, train_y = _plan_labels(row)
+    rows = {i: (text, h) for i, text, h in Item.objects.filter(id__in=item_ids).values_list("id", "text", "text_hash")}
     p_proxy = proxy_probabilities(
-        embeddings(labeled.texts, labeled.hashes),
-        labeled.label_indices,
-        embeddings([texts[i] for i in item_ids], [hashes[i] for i in item_ids]),
+        embeddings(train_texts, train_hashes),
+        train_y,
+        embeddings([rows[i][0] for i in item_ids], [rows[i][1] for i in item_ids]),
         n_classes,
     )
     p = blend.blend(p_llm, p_proxy, fit.weight)
@@ -236,6 +233,18 @@ def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) 
         }
         record["evidence"]["test"] = blend.weight_counts(p_llm[: len(y)], p_proxy[: len(y)], y)
     return p, record
+
+
+def _plan_labels(row: Round, exclude: set[int] | None = None) -> tuple[list[str], list[str], list[int]]:
+    """Texts, text hashes and label indices the round's prod adapters trained on (its frozen plan),
+    so the proxy beside them learns from exactly the same labels."""
+    pairs = [(int(i), int(y)) for i, y in read_plan(row)["prod:0"] if not exclude or int(i) not in exclude]
+    rows = {
+        i: (text, h)
+        for i, text, h in Item.objects.filter(id__in=[i for i, _ in pairs]).values_list("id", "text", "text_hash")
+    }
+    pairs = [(i, y) for i, y in pairs if i in rows]  # an item deleted since trains nothing
+    return [rows[i][0] for i, _ in pairs], [rows[i][1] for i, _ in pairs], [y for _, y in pairs]
 
 
 def _batch_evidence(row: Round, n_classes: int) -> dict[str, Any]:

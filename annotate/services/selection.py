@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
 
 from annotate import testhooks
@@ -22,6 +20,7 @@ from annotate.loopconfig import loop_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
+from annotate.services.proxy import embeddings, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
 from scoring import pipeline, portfolio
 from training import ensemble
@@ -135,20 +134,6 @@ def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold
     return moved
 
 
-_EMBEDDINGS: dict[str, Any] = {}
-
-
-def embeddings(texts: list[str], hashes: list[str]) -> np.ndarray:
-    from scoring.bundled import encoder_path
-    from scoring.embeddings import EmbeddingCache
-
-    if "cache" not in _EMBEDDINGS:
-        _EMBEDDINGS["cache"] = EmbeddingCache(settings.EMBEDDING_DIR, encoder_path(settings.ENCODER_DIR or None))
-    if not texts:
-        return np.zeros((0, _EMBEDDINGS["cache"].dim), np.float32)
-    return np.asarray(_EMBEDDINGS["cache"].embed(texts, hashes))
-
-
 def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
     rows = dict(
         (i, (t, h)) for i, t, h in Item.objects.filter(id__in=ids.tolist()).values_list("id", "text", "text_hash")
@@ -228,15 +213,6 @@ def portfolio_split(
     ]
     y = np.asarray(labeled.label_indices, dtype=np.int64)
     return portfolio.split_labels(labeled_emb, y, arms, n_classes, pipeline.step_rng(round.seed, "portfolio"))
-
-
-def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
-    """The embedding proxy (logistic regression on the labels so far) over the eligible rows."""
-    from scoring.proxy import fit_proxy
-
-    if not labels:
-        return np.full((len(emb), n_classes), 1.0 / n_classes)
-    return fit_proxy(labeled_emb, np.asarray(labels), n_classes).predict_proba(emb)
 
 
 def _eligible_scored(

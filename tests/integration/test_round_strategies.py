@@ -11,7 +11,7 @@ import pytest
 
 from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
-from annotate.services import selection
+from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
 from scoring.pipeline import step_rng
 from scoring.selection import select_strategy
@@ -73,7 +73,7 @@ def test_each_strategy_selects_through_the_round_service(
     assert kc.status == "selecting" and not ScoreShard.objects.filter(round=kc).exists()
     ids = loop_sel.eligible_ids(project=project)
     labeled = loop_sel.labeled_items(project=project)
-    emb, labeled_emb = selection.embeddings(*selection._texts(ids)), selection.embeddings(labeled.texts, labeled.hashes)
+    emb, labeled_emb = proxy.embeddings(*selection._texts(ids)), proxy.embeddings(labeled.texts, labeled.hashes)
     expected = select_strategy(
         "kcenter-only", None, emb, labeled_emb, b=8, m=8, random_share=0.25, rng=step_rng(kc.seed, "select")
     )

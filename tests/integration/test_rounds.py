@@ -1,16 +1,20 @@
 """Round services without a broker (the synchronous driver): the state machine's guard, a cold
-start, labels, training and evaluation, a scored round 2, and the idempotence of every step."""
+start, labels, training and evaluation, a scored round 2 (with the blended predictor's held-out
+evidence), and the idempotence of every step."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from annotate.models import AdapterVersion, BatchItem, Item, Prediction, Round, ScoreShard
-from annotate.services import rounds, scoring, selection
+from annotate.selectors import loop as loop_sel
+from annotate.services import evaluation, rounds, scoring, selection
 from annotate.services.round_state import round_transition
 from annotate.services.rounds import RoundError, round_request_start, round_run_sync
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
@@ -35,7 +39,7 @@ def test_transition_is_guarded(shared_data: Path, tiny_llama_dir: Path, tmp_path
 
 
 def test_cold_start_label_train_evaluate_then_scored_round(
-    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     first = round_request_start(project=project, user=None, run_here=True)
@@ -88,6 +92,29 @@ def test_cold_start_label_train_evaluate_then_scored_round(
     warm = AdapterVersion.objects.get(round=second, arm="prod", k=0).warm_from
     assert warm is not None and warm.round_id == first.id
     assert {p["arm"] for p in second.metrics["points"]} == {"prod", "active", "random"}
+
+    # The blended predictor: round 1 had nothing held out; round 2's batch was stored as held-out
+    # evidence (predicted by round 1's adapters and a proxy on round 1's labels) and fitted the weight.
+    assert first.metrics["blend"]["weight"] == 1.0 and first.metrics["blend"]["heldout_n"] == 0
+    assert not evaluation.heldout_path(first).exists()
+    with np.load(evaluation.heldout_path(second)) as held:
+        rows = dict(BatchItem.objects.filter(round=second).values_list("item_id", "source"))
+        assert sorted(held["item_ids"].tolist()) == sorted(rows)
+        assert held["uniform"].tolist() == [rows[int(i)] == "random" for i in held["item_ids"]]
+        index = loop_sel.label_index(project=project)
+        gold = dict(Item.objects.filter(id__in=list(rows)).values_list("id", "final_label_id"))
+        assert held["y"].tolist() == [index[gold[int(i)]] for i in held["item_ids"]]
+        assert held["p_llm"].shape == held["p_proxy"].shape == (len(rows), len(index))
+    blend_record = second.metrics["blend"]
+    assert blend_record["heldout_n"] == len(rows) and blend_record["evidence"]["batch"]["n"] == len(rows)
+    assert blend_record["evidence"]["uniform"]["n"] == sum(s == "random" for s in rows.values())
+    assert second.metrics["accuracy"] == blend_record["test_accuracy"]["blend"]
+    # Loop option blend "off": the same round's predictor is the adapters alone, and says nothing of a blend.
+    test_ids, texts, y = loop_sel.test_items(project=project)
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "blend": "off"}))
+    scores, _, off_record = evaluation._score_sets(second, test_ids, texts, y, [], [])
+    assert off_record == {}
+    assert scores["prod"][0]["accuracy"] == pytest.approx(blend_record["test_accuracy"]["llm"])
 
 
 def test_selection_refuses_scores_of_an_older_adapter_set(
