@@ -7,7 +7,9 @@ launches, not arithmetic (bench/RESULTS.md). The count, unlike a CPU timing, car
 Configurations: all 30 layers with the shared prefix ("after"), LoRA in the top 8 with the two-pass
 step ("top8"), and packed ("top8p"); batch 32, float32, no dropout, as bench/round_time.py. Prints
 one table: operators per step (all, and the aten ops that do arithmetic on tensors), CPU seconds
-per step. The JSON keeps the numbers with the git commit.
+per step, and the compute ops again with AdamW's multi-tensor (foreach) step, which is what CUDA
+runs by default (on the CPU AdamW loops over the LoRA tensors one by one). The JSON keeps the
+numbers with the git commit.
 """
 
 from __future__ import annotations
@@ -55,19 +57,26 @@ def count_step(config_name: str, args: argparse.Namespace, renderer: Any, texts:
         )
         model = run._model(None)
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
         model.train()
         run._split = run._split_stack(model)
-        run._step(model, optimizer, params, 0)  # warm-up
-        started = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            run._step(model, optimizer, params, 1)
-        seconds = time.perf_counter() - started
-    # Outermost operator calls only (an aten op called inside another is not another dispatch); the
-    # backward's ops sit under autograd-engine events, which do not count as an enclosing op.
-    events = [e for e in prof.events() if e.name.startswith("aten::") and not _inside_op(e)]
-    compute = [e for e in events if e.name not in VIEWS]
-    return {"config": config_name, "ops": len(events), "compute_ops": len(compute), "cpu_seconds": round(seconds, 2)}
+        out: dict[str, Any] = {"config": config_name, "trainable_tensors": len(params)}
+        # The trainer's AdamW(foreach=None) steps tensor by tensor on the CPU, but with the
+        # multi-tensor (foreach) kernels on CUDA, PyTorch's default there: both counts, the second
+        # being what a GPU step dispatches.
+        for key, foreach in (("", None), ("_foreach", True)):
+            optimizer = torch.optim.AdamW(params, lr=1e-3, foreach=foreach)
+            run._step(model, optimizer, params, 0)  # warm-up
+            started = time.perf_counter()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                run._step(model, optimizer, params, 1)
+            seconds = time.perf_counter() - started
+            # Outermost operator calls only (an aten op called inside another is not another
+            # dispatch); the backward's ops sit under autograd-engine events, not an enclosing op.
+            events = [e for e in prof.events() if e.name.startswith("aten::") and not _inside_op(e)]
+            compute = [e for e in events if e.name not in VIEWS]
+            out.update({f"ops{key}": len(events), f"compute_ops{key}": len(compute)})
+            out[f"cpu_seconds{key}"] = round(seconds, 2)
+    return out
 
 
 def _inside_op(event: Any) -> bool:
@@ -97,9 +106,12 @@ def main() -> None:
     texts, labels = [t for t, _ in picked], [names.index(label) for _, label in picked]
     rows = [count_step(name, args, renderer, texts, labels) for name in args.configs.split(",")]
     print(f"\none training step, batch 32, {len(renderer.prefix_ids)}-token prefix, CPU\n")
-    print("| config | aten ops | of them compute (not views) | CPU s |\n|---|---|---|---|")
+    print(
+        "| config | aten ops | of them compute (not views) | CPU s | compute ops, foreach AdamW (as on CUDA) |"
+        "\n|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['config']} | {r['ops']} | {r['compute_ops']} | {r['cpu_seconds']} |")
+        print(f"| {r['config']} | {r['ops']} | {r['compute_ops']} | {r['cpu_seconds']} | {r['compute_ops_foreach']} |")
     if args.out:
         from steps_probe import commit
 
