@@ -43,6 +43,7 @@ class HeldOut:
     y: np.ndarray  # int64[n]
     p_llm: np.ndarray  # float[n, C]
     p_proxy: np.ndarray  # float[n, C]
+    uniform: np.ndarray | None = None  # bool[n]: the batch's random slice (None: not known)
 
 
 @dataclass(frozen=True)
@@ -61,36 +62,25 @@ def blend(p_llm: np.ndarray, p_proxy: np.ndarray, weight: float) -> np.ndarray:
     return np.asarray(weight * a + (1.0 - weight) * b)
 
 
-def fit_weight(evidence: Sequence[HeldOut], *, grid: Sequence[float] = GRID) -> BlendFit:
+def fit_weight(evidence: Sequence[HeldOut]) -> BlendFit:
     """The grid weight with the best held-out accuracy over ``evidence`` (ties: higher
     log-likelihood, then the larger weight): ``choose_weight`` over the pooled ``weight_counts``, so
     a replay from recorded counts picks the same weight. Deterministic."""
     parts = [e for e in evidence if len(e.y)]
     if not parts:
         return BlendFit(1.0, 0, {"llm": None, "proxy": None, "blend": None}, "no held-out labels yet: adapters alone")
-    y = np.concatenate([np.asarray(e.y, dtype=np.int64) for e in parts])
-    p_llm, p_proxy = _pair(np.concatenate([e.p_llm for e in parts]), np.concatenate([e.p_proxy for e in parts]))
-    if len(y) != len(p_llm):
-        raise BlendInputError(f"{len(y)} labels but {len(p_llm)} distributions")
-    if y.min() < 0 or y.max() >= p_llm.shape[1]:
-        raise BlendInputError(f"labels must lie in 0..{p_llm.shape[1] - 1}")
-    acc_llm, acc_proxy = _accuracy(p_llm, y), _accuracy(p_proxy, y)
-    if len(y) < MIN_HELDOUT:
-        return BlendFit(
-            1.0,
-            len(y),
-            {"llm": acc_llm, "proxy": acc_proxy, "blend": acc_llm},
-            f"only {len(y)} held-out labels (< {MIN_HELDOUT}): adapters alone",
-        )
-    counts = pool([weight_counts(e.p_llm, e.p_proxy, e.y, grid=grid) for e in parts])
-    weight = choose_weight(counts, grid=grid)
-    acc = counts["correct"][list(grid).index(weight)] / len(y)
+    counts = pool([weight_counts(e.p_llm, e.p_proxy, e.y) for e in parts])
+    n = int(counts["n"])
+    weight = choose_weight(counts)
+    acc = {name: counts["correct"][GRID.index(w)] / n for name, w in (("llm", 1.0), ("proxy", 0.0), ("blend", weight))}
+    if n < MIN_HELDOUT:
+        return BlendFit(weight, n, acc, f"only {n} held-out labels (< {MIN_HELDOUT}): adapters alone")
     return BlendFit(
         weight,
-        len(y),
-        {"llm": acc_llm, "proxy": acc_proxy, "blend": acc},
-        f"w = {weight:.1f} on the adapters predicted {len(y)} held-out labels best "
-        f"({100 * acc:.1f} % vs adapters {100 * acc_llm:.1f} %, proxy {100 * acc_proxy:.1f} %)",
+        n,
+        acc,
+        f"w = {weight:.1f} on the adapters predicted {n} held-out labels best "
+        f"({100 * acc['blend']:.1f} % vs adapters {100 * acc['llm']:.1f} %, proxy {100 * acc['proxy']:.1f} %)",
     )
 
 
@@ -139,21 +129,19 @@ def weight_counts(
     gold = np.asarray(y, dtype=np.int64)
     if len(gold) != len(a):
         raise BlendInputError(f"{len(gold)} labels but {len(a)} distributions")
+    if len(gold) and (gold.min() < 0 or gold.max() >= a.shape[1]):
+        raise BlendInputError(f"labels must lie in 0..{a.shape[1] - 1}")
     rows = np.arange(len(gold))
-    llm_right = a.argmax(axis=1) == gold if len(gold) else np.zeros(0, bool)
+    llm_right = a.argmax(axis=1) == gold
     out: dict[str, Any] = {"n": len(gold), "correct": [], "gain": [], "loss": [], "loglik": []}
     for w in grid:
         p = w * a + (1.0 - w) * b
-        right = p.argmax(axis=1) == gold if len(gold) else np.zeros(0, bool)
+        right = p.argmax(axis=1) == gold
         out["correct"].append(int(right.sum()))
         out["gain"].append(int((right & ~llm_right).sum()))
         out["loss"].append(int((~right & llm_right).sum()))
         out["loglik"].append(round(float(np.log(np.clip(p[rows, gold], EPS, 1.0)).sum()), 4))
     return out
-
-
-def _accuracy(p: np.ndarray, y: np.ndarray) -> float:
-    return float((p.argmax(axis=1) == y).mean()) if len(y) else 0.0
 
 
 def _pair(p_llm: np.ndarray, p_proxy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from django.db.models import Sum
 
 from annotate import testhooks
 from annotate.loopconfig import loop_config, loop_options
-from annotate.models import AdapterVersion, Annotation, BatchItem, Item, Round, WorkClaim
+from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.projects import stop_set_draw
@@ -112,8 +112,7 @@ def _score_sets(
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     p_stop = np.empty((0, len(names)))
     blend_record: dict[str, Any] = {}
-    if config.blend == "auto":
-        heldout_write(row, engine, renderer, len(names))
+    own = heldout_write(row, engine, renderer, len(names)) if config.blend == "auto" else None
     by_arm: dict[str, list[AdapterVersion]] = {}
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
         by_arm.setdefault(adapter.arm, []).append(adapter)
@@ -122,7 +121,7 @@ def _score_sets(
         if arm == AdapterVersion.Arm.PROD:
             p_all = ensemble.ensemble_mean(engine, renderer, [*texts, *stop_texts], refs)
             if config.blend == "auto":
-                p_all, blend_record = _blended(row, [*test_ids, *stop_ids], p_all, y)
+                p_all, blend_record = _blended(row, [*test_ids, *stop_ids], p_all, y, own)
             p_mean, p_stop = p_all[: len(texts)], p_all[len(texts) :]
             if texts:
                 out[arm] = (evaluate(p_mean, y, label_names=names), p_mean)
@@ -142,12 +141,12 @@ def heldout_path(row: Round) -> Path:
     return round_dir(row) / HELDOUT_FILE
 
 
-def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int:
+def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> blend.HeldOut | None:
     """The round's labelled batch as held-out evidence for the blend: its items' distributions under
     the prod adapters of the round before (the ones that picked it) and under a proxy trained on the
-    labels those adapters trained on (that round's plan) — neither saw these labels. Written to the round's folder
-    (``heldout.npz``); a replay writes the same. Nothing for a round with no earlier adapters (the
-    seed round). Returns the number of held-out items."""
+    labels those adapters trained on (that round's plan) — neither saw these labels. Written to the
+    round's folder (``heldout.npz``); a replay writes the same. None for a round with no earlier
+    adapters (the seed round)."""
     previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
     rows = list(
         BatchItem.objects.filter(round=row, item__final_label__isnull=False, item__is_test=False)
@@ -155,113 +154,94 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> int
         .values_list("item_id", "item__text", "item__text_hash", "item__final_label_id", "source")
     )
     if not previous or not rows or not plan_path(previous[0].round).is_file():
-        return 0  # the seed round, nothing labelled, or the earlier round's plan gone: no evidence
-    from annotate.services.proxy import embeddings, proxy_probabilities
+        return None  # the seed round, nothing labelled, or the earlier round's plan gone: no evidence
     from scoring.files import atomic_save_npz
 
     index = loop_sel.label_index(project=row.project)
     ids = [r[0] for r in rows]
     texts = [r[1] for r in rows]
     y = np.array([index[r[3]] for r in rows], dtype=np.int64)
-    p_llm = ensemble.ensemble_mean(engine, renderer, texts, loop_sel.adapter_refs(previous))
-    train_texts, train_hashes, train_y = _plan_labels(previous[0].round, exclude=set(ids))
-    p_proxy = proxy_probabilities(
-        embeddings(train_texts, train_hashes), train_y, embeddings(texts, [r[2] for r in rows]), n_classes
+    p_llm = np.asarray(ensemble.ensemble_mean(engine, renderer, texts, loop_sel.adapter_refs(previous)), np.float32)
+    p_proxy = np.asarray(
+        _plan_proxy(previous[0].round, texts, [r[2] for r in rows], n_classes, exclude=set(ids)), np.float32
     )
+    uniform = np.array([r[4] == BatchItem.Source.RANDOM for r in rows], dtype=bool)  # the random slice
     atomic_save_npz(
-        heldout_path(row),
-        item_ids=np.array(ids, dtype=np.int64),
-        y=y,
-        p_llm=np.asarray(p_llm, dtype=np.float32),
-        p_proxy=np.asarray(p_proxy, dtype=np.float32),
-        uniform=np.array([r[4] == BatchItem.Source.RANDOM for r in rows], dtype=bool),  # the random slice
+        heldout_path(row), item_ids=np.array(ids, dtype=np.int64), y=y, p_llm=p_llm, p_proxy=p_proxy, uniform=uniform
     )
-    return len(ids)
+    return blend.HeldOut(y=y, p_llm=p_llm, p_proxy=p_proxy, uniform=uniform)
 
 
-def heldout_evidence(row: Round, n_classes: int) -> list[blend.HeldOut]:
-    """The held-out files of this round and the finished rounds before it, the latest
-    ``blend.WINDOW`` that exist (a file of another label-set size is skipped)."""
-    rounds = Round.objects.filter(project=row.project, number__lte=row.number).order_by("-number")
-    evidence: list[blend.HeldOut] = []
-    for earlier in rounds:
-        if earlier.id != row.id and earlier.status != S.DONE:
-            continue
-        path = heldout_path(earlier)
+def heldout_evidence(row: Round, n_classes: int, own: blend.HeldOut | None) -> list[blend.HeldOut]:
+    """The round's own held-out batch (``own``, just written) and the held-out files of the finished
+    rounds before it: the latest ``blend.WINDOW`` that exist (a file of another label-set size is
+    skipped)."""
+    evidence = [own] if own is not None else []
+    earlier = Round.objects.filter(project=row.project, number__lt=row.number, status=S.DONE).order_by("-number")
+    for done in earlier:
+        if len(evidence) >= blend.WINDOW:
+            break
+        path = heldout_path(done)
         if not path.exists():
             continue
         with np.load(path) as data:
-            if data["p_llm"].shape[1] != n_classes:
-                continue
-            evidence.append(blend.HeldOut(y=data["y"], p_llm=data["p_llm"], p_proxy=data["p_proxy"]))
-        if len(evidence) == blend.WINDOW:
-            break
+            if data["p_llm"].shape[1] == n_classes:
+                evidence.append(blend.HeldOut(y=data["y"], p_llm=data["p_llm"], p_proxy=data["p_proxy"]))
     return evidence
 
 
-def _blended(row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+def _blended(
+    row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray, own: blend.HeldOut | None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """The predictor's distributions on ``item_ids`` (test then stop items): the adapters' mean
-    ``p_llm`` blended with the proxy trained on every label, at the weight the held-out evidence
-    fits (the proxy learns from the labels the adapters trained on: the round's plan); and the record
-    the ML page shows (weight, why, held-out and test accuracy of each part)."""
-    from annotate.services.proxy import embeddings, proxy_probabilities
+    ``p_llm`` blended with the proxy trained on the labels the adapters trained on (the round's
+    plan), at the weight the held-out evidence fits; and the record the ML page shows (weight, why,
+    held-out and test accuracy of each part) with every grid weight's counts on the round's batch,
+    its random slice and the test set — the inputs of any other rule for the weight, replayed offline
+    by bench/blend_rules.py (the test counts never choose the weight)."""
+    from annotate.services.proxy import item_texts
 
     n_classes = p_llm.shape[1]
-    fit = blend.fit_weight(heldout_evidence(row, n_classes))
+    fit = blend.fit_weight(heldout_evidence(row, n_classes, own))
+    evidence: dict[str, Any] = {"grid": list(blend.GRID)}
+    if own is not None and own.uniform is not None:
+        evidence["batch"] = blend.weight_counts(own.p_llm, own.p_proxy, own.y)
+        evidence["uniform"] = blend.weight_counts(own.p_llm[own.uniform], own.p_proxy[own.uniform], own.y[own.uniform])
     record: dict[str, Any] = {
         "weight": fit.weight,
         "heldout_n": fit.n,
         "heldout_accuracy": fit.accuracy,
         "reason": fit.reason,
-        "evidence": _batch_evidence(row, n_classes),
+        "evidence": evidence,
     }
     if not item_ids:
         return p_llm, record
-    train_texts, train_hashes, train_y = _plan_labels(row)
-    rows = {i: (text, h) for i, text, h in Item.objects.filter(id__in=item_ids).values_list("id", "text", "text_hash")}
-    p_proxy = proxy_probabilities(
-        embeddings(train_texts, train_hashes),
-        train_y,
-        embeddings([rows[i][0] for i in item_ids], [rows[i][1] for i in item_ids]),
-        n_classes,
-    )
+    rows = item_texts(item_ids)
+    p_proxy = _plan_proxy(row, [rows[i][0] for i in item_ids], [rows[i][1] for i in item_ids], n_classes)
     p = blend.blend(p_llm, p_proxy, fit.weight)
     if len(y):
+        test = blend.weight_counts(p_llm[: len(y)], p_proxy[: len(y)], y)
+        evidence["test"] = test
         record["test_accuracy"] = {
-            name: float((q[: len(y)].argmax(axis=1) == y).mean())
-            for name, q in (("llm", p_llm), ("proxy", p_proxy), ("blend", p))
+            name: test["correct"][blend.GRID.index(w)] / len(y)
+            for name, w in (("llm", 1.0), ("proxy", 0.0), ("blend", fit.weight))
         }
-        record["evidence"]["test"] = blend.weight_counts(p_llm[: len(y)], p_proxy[: len(y)], y)
     return p, record
 
 
-def _plan_labels(row: Round, exclude: set[int] | None = None) -> tuple[list[str], list[str], list[int]]:
-    """Texts, text hashes and label indices the round's prod adapters trained on (its frozen plan),
-    so the proxy beside them learns from exactly the same labels."""
+def _plan_proxy(
+    row: Round, texts: list[str], hashes: list[str], n_classes: int, exclude: set[int] | None = None
+) -> np.ndarray:
+    """The embedding proxy trained on the labels the round's prod adapters trained on (its frozen
+    plan, less ``exclude``), over ``texts``: the proxy beside the adapters learns from exactly the
+    same labels."""
+    from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
+
     pairs = [(int(i), int(y)) for i, y in read_plan(row)["prod:0"] if not exclude or int(i) not in exclude]
-    rows = {
-        i: (text, h)
-        for i, text, h in Item.objects.filter(id__in=[i for i, _ in pairs]).values_list("id", "text", "text_hash")
-    }
-    pairs = [(i, y) for i, y in pairs if i in rows]  # an item deleted since trains nothing
-    return [rows[i][0] for i, _ in pairs], [rows[i][1] for i, _ in pairs], [y for _, y in pairs]
-
-
-def _batch_evidence(row: Round, n_classes: int) -> dict[str, Any]:
-    """Every grid weight's counts (training.blend.weight_counts) on this round's held-out batch and on
-    its random slice alone — the inputs of any other rule for the weight, replayed offline by
-    bench/blend_rules.py together with the test set's counts (which never choose the weight)."""
-    out: dict[str, Any] = {"grid": list(blend.GRID)}
-    path = heldout_path(row)
-    if not path.exists():
-        return out
-    with np.load(path) as data:
-        if data["p_llm"].shape[1] != n_classes:
-            return out
-        y, p_llm, p_proxy, uniform = data["y"], data["p_llm"], data["p_proxy"], data["uniform"]
-    out["batch"] = blend.weight_counts(p_llm, p_proxy, y)
-    out["uniform"] = blend.weight_counts(p_llm[uniform], p_proxy[uniform], y[uniform])
-    return out
+    known = item_texts([i for i, _ in pairs])
+    pairs = [(i, y) for i, y in pairs if i in known]  # an item deleted since trains nothing
+    train = embeddings([known[i][0] for i, _ in pairs], [known[i][1] for i, _ in pairs])
+    return proxy_probabilities(train, [y for _, y in pairs], embeddings(texts, hashes), n_classes)
 
 
 def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""The embedding side of a round, shared by the selection and evaluation steps: the sentence
-embeddings of items (the encoder cache) and the embedding proxy's label distributions (logistic
+"""The embedding side of a round, shared by the selection and evaluation steps: items' texts, the
+sentence embeddings of items (the encoder cache) and the embedding proxy's label distributions (logistic
 regression on the labels so far, scoring.proxy) — the selection's committee member and the
 evaluation's blend partner (training/blend.py). Step services import this, never each other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,14 @@ def embeddings(texts: list[str], hashes: list[str]) -> np.ndarray:
     if not texts:
         return np.zeros((0, _EMBEDDINGS["cache"].dim), np.float32)
     return np.asarray(_EMBEDDINGS["cache"].embed(texts, hashes))
+
+
+def item_texts(ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """(text, text hash) of the items among ``ids`` that exist, by id."""
+    from annotate.models import Item
+
+    rows = Item.objects.filter(id__in=[int(i) for i in ids]).values_list("id", "text", "text_hash")
+    return {i: (text, h) for i, text, h in rows}
 
 
 def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from annotate.loopconfig import loop_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
-from annotate.services.proxy import embeddings, proxy_probabilities
+from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
 from scoring import pipeline, portfolio
 from training import ensemble
@@ -135,9 +135,7 @@ def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold
 
 
 def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
-    rows = dict(
-        (i, (t, h)) for i, t, h in Item.objects.filter(id__in=ids.tolist()).values_list("id", "text", "text_hash")
-    )
+    rows = item_texts(ids.tolist())
     return [rows[int(i)][0] for i in ids], [rows[int(i)][1] for i in ids]
 
 

@@ -425,23 +425,23 @@ def blend_table(records: Sequence[dict[str, Any]]) -> str:
     head = " | ".join(f"@{n}: adapters / proxy / blend (w)" for n in BLEND_AT)
     lines = [f"| data | strategy | {head} |", "|---|---|" + "---|" * len(BLEND_AT)]
     for (data, strategy), by_labels in sorted(rows.items(), key=lambda kv: (kv[0][0], strategy_order(kv[0][1]))):
-        cells = []
-        for n in BLEND_AT:
-            seeds = list(by_labels.get(n, {}).values())
-            if not seeds:
-                cells.append(DASH)
-                continue
-
-            def pct(key: str, rows: list[dict[str, Any]] = seeds) -> str:
-                values = [r["blend"].get(key) for r in rows if r["blend"].get(key) is not None]
-                return f"{100 * float(np.mean(values)):.1f}" if values else DASH
-
-            weights = [float(r["blend"]["weight"]) for r in seeds if r["blend"].get("weight") is not None]
-            blended = f"{100 * float(np.mean([float(r['accuracy']) for r in seeds])):.1f}"
-            w = f"{np.mean(weights):.2f}" if weights else DASH
-            cells.append(f"{pct('accuracy_llm')} / {pct('accuracy_proxy')} / {blended} ({w})")
+        cells = [_blend_cell(list(by_labels.get(n, {}).values())) for n in BLEND_AT]
         lines.append(f"| {data} | {strategy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _blend_cell(seeds: Sequence[dict[str, Any]]) -> str:
+    """ "adapters / proxy / blend (w)" of one label count, means over the seeds' records."""
+    if not seeds:
+        return DASH
+
+    def mean(values: Sequence[Any], scale: float, digits: int) -> str:
+        present = [float(v) for v in values if v is not None]
+        return f"{scale * float(np.mean(present)):.{digits}f}" if present else DASH
+
+    parts = [mean([r["blend"].get(key) for r in seeds], 100, 1) for key in ("accuracy_llm", "accuracy_proxy")]
+    blended = mean([r["accuracy"] for r in seeds], 100, 1)
+    return f"{parts[0]} / {parts[1]} / {blended} ({mean([r['blend'].get('weight') for r in seeds], 1, 2)})"
 
 
 def test_sets_line(records: Sequence[dict[str, Any]]) -> str:
@@ -470,6 +470,7 @@ def write_report(
     paths = [records_path] if isinstance(records_path, Path) else list(records_path)
     records = [r for r in load_records(paths) if not _dropped(r, drop)]
     base = baseline_rows(baselines)
+    blends = blend_table(records)
     text = "\n\n".join(
         [
             markdown_table(summary_rows(records), base),
@@ -482,9 +483,9 @@ def write_report(
                     "The predictor's parts on the test set (mean over seeds, accuracy %): the K adapters"
                     " alone, the embedding proxy alone, and the blend the curves above report, with its"
                     " weight on the adapters (fitted on held-out batch labels, training/blend.py):",
-                    blend_table(records),
+                    blends,
                 ]
-                if blend_table(records)
+                if blends
                 else []
             ),
             "The stopping rule of the ML page, replayed on these curves (κ ≥ 0.99 for 3 round pairs):",
