@@ -63,3 +63,120 @@ def test_rules_replay_weights_and_test_accuracy() -> None:
 
 def test_records_without_counts_are_said_to_be_missing() -> None:
     assert "No record carries blend evidence" in blend_rules.tables([{"data": "toy", "blend": {"weight": 1.0}}])
+
+
+def _bumped(n: int, base: int, bumps: dict[int, int]) -> dict[str, Any]:
+    """Counts where grid weight i gets ``base + bumps[i]`` right (the adapters alone, i = 10, ``base``):
+    the gain and loss against the adapters alone follow."""
+    bump = [bumps.get(i, 0) for i in range(len(GRID))]
+    assert bump[-1] == 0
+    return _counts(n, [base + b for b in bump], gain=[max(b, 0) for b in bump], loss=[max(-b, 0) for b in bump])
+
+
+def _round(
+    labels: int,
+    round_: int,
+    batch: dict[str, Any] | None = None,
+    uniform: dict[str, Any] | None = None,
+    data: str = "toy",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A round record whose test counts favour w = 0.8 on 1,000 items: any score read from them, or
+    from the wrong round, comes out visibly different from the next batch's."""
+    evidence: dict[str, Any] = {"grid": list(GRID), "test": _bumped(1000, 500, {8: 300})}
+    if batch is not None:
+        evidence["batch"] = batch
+    if uniform is not None:
+        evidence["uniform"] = uniform
+    return {
+        "data": data,
+        "strategy": "active",
+        "seed": seed,
+        "round": round_,
+        "labels": labels,
+        "blend": {"weight": 1.0, "evidence": evidence},
+    }
+
+
+# One job: the default rule (the batches of the last 3 rounds) picks 1 (the seed round has no batch),
+# 0.5 (round 2's batch), then 0.2 (round 3's batch outweighs it) in rounds 3, 4 and 5. Each random
+# slice is best at a weight no rule picks from it in the same round, so a score read from the same
+# round, a round late, with the next round peeked at, or from the test counts is another number.
+PREQUENTIAL = [
+    _round(100, 1),
+    _round(200, 2, _bumped(50, 30, {5: 10}), _bumped(100, 60, {5: 3, 0: -10})),
+    _round(300, 3, _bumped(50, 30, {2: 20}), _bumped(100, 70, {5: 6, 2: 1, 0: -10})),
+    _round(400, 4, _bumped(50, 30, {}), _bumped(100, 80, {2: 4, 5: -2, 0: -10})),
+    _round(500, 5, _bumped(50, 30, {2: 5}), _bumped(0, 0, {})),  # an empty random slice
+]
+
+
+def test_prequential_scores_each_weight_on_the_next_rounds_counts() -> None:
+    (rounds,) = blend_rules.jobs(PREQUENTIAL).values()
+    default = blend_rules.RULES[blend_rules.DEFAULT]
+    assert [w for _, w, _ in blend_rules.replay(rounds, default)] == [1.0, 0.5, 0.2, 0.2, 0.2]
+    # Round r's weight on round r+1's random slice at that weight: 60 (w = 1 on round 2's), 76 (w = 0.5
+    # on round 3's; its own round's slice would say 63, round 3's pick 0.2 on it 71, the test 500+),
+    # 84 (w = 0.2 on round 4's). Round 4's weight meets an empty slice and round 5 has no next round.
+    assert blend_rules.prequential(rounds, default) == [
+        (100, 1.0, 60, 100, 0, 0),
+        (200, 0.5, 76, 100, 6, 0),
+        (300, 0.2, 84, 100, 4, 0),
+    ]
+    # On the whole next batch round 4's weight is scored too (round 5's batch is not empty).
+    assert blend_rules.prequential(rounds, default, "batch") == [
+        (100, 1.0, 30, 50, 0, 0),
+        (200, 0.5, 30, 50, 0, 0),
+        (300, 0.2, 30, 50, 0, 0),
+        (400, 0.2, 35, 50, 5, 0),
+    ]
+    # The random slice of the last 3 rounds stays at 0.5: its own evidence, scored the same way.
+    assert [s.correct for s in blend_rules.prequential(rounds, blend_rules.RULES["random slice, last 3"])] == [
+        60,
+        76,
+        78,
+    ]
+
+    text = blend_rules.tables(PREQUENTIAL)
+    choice, test = text.split("**The test set")
+    assert "(and not the test tables below) is the one that may choose a rule" in choice
+    assert "300 random-slice items in 3 rounds, 200 batch items in 4 rounds" in choice
+    # 220 of 300 against the adapters' 210; gain 10, loss 0: z = 10 / sqrt(10). Batch: 125 of 200, 120.
+    assert "| batches, last 3 (the default) | 73.3 | +3.3 | +3.3 | +3.2 | 62.5 | +2.5 | +2.5 |" in choice
+    assert "| adapters alone (w = 1) | 70.0 | +0.0 | +0.0 | – | 60.0 | +0.0 | +0.0 |" in choice
+    assert "| proxy alone (w = 0) | 60.0 | -10.0 | -10.0 | -5.5 | 60.0 | +0.0 | +0.0 |" in choice
+    assert blend_rules.UPPER_BOUND not in choice  # it reads the test counts
+    assert blend_rules.UPPER_BOUND in test
+
+
+def test_prequential_skips_missing_rounds_and_counts_and_pools_sets() -> None:
+    gap = [_round(100, 1, seed=1), _round(300, 3, _bumped(50, 0, {}), _bumped(100, 0, {}), seed=1)]
+    no_counts = [_round(100, 1, seed=2), _round(200, 2, seed=2)]  # round 2 without batch or random slice
+    other = [_round(100, 1, data="other"), _round(200, 2, _bumped(10, 5, {}), _bumped(100, 50, {0: 30}), "other")]
+    records = PREQUENTIAL + gap + no_counts + other
+    by_job = blend_rules.jobs(records)
+    for rounds in (by_job[("toy", "active", 1)], by_job[("toy", "active", 2)]):
+        for key in blend_rules.KEYS:
+            assert blend_rules.prequential(rounds, blend_rules.RULES[blend_rules.DEFAULT], key) == []
+
+    choice = blend_rules.tables(records).split("**The test set")[0]
+    assert "400 random-slice items in 4 rounds, 210 batch items in 5 rounds" in choice
+    # The proxy alone: 180 of 300 on toy (−10 points), 80 of 100 on other (+30): 260 of 400 pooled, as
+    # the adapters alone; the worst set is toy's. The default keeps w = 1 on other's seed round.
+    assert "| proxy alone (w = 0) | 65.0 | +0.0 | -10.0 | +0.0 | 59.5 | +0.0 | +0.0 |" in choice
+    assert "| batches, last 3 (the default) | 67.5 | +2.5 | +0.0 | +3.2 | 61.9 | +2.4 | +0.0 |" in choice
+
+
+def test_random_slice_window_keeps_the_last_rounds() -> None:
+    # The first round's random slice favours the proxy alone by far; the last three favour w = 0.5.
+    history = [{"grid": list(GRID), "uniform": _bumped(100, 50, {0: 40})}] + [
+        {"grid": list(GRID), "uniform": _bumped(100, 50, {5: 5})} for _ in range(3)
+    ]
+    assert blend_rules.RULES["random slice, all rounds"](history) == 0.0
+    assert blend_rules.RULES["random slice, last 3"](history) == 0.5
+    assert blend_rules.RULES[blend_rules.DEFAULT](history) == 1.0  # no batch counts: the adapters alone
+
+
+def test_no_next_round_means_no_choice() -> None:
+    text = blend_rules.tables([_round(100, 1), _round(300, 3, _bumped(50, 30, {}), _bumped(20, 10, {}))])
+    assert "No round has a next round with counts: no next-batch score, nothing to choose a rule by." in text
