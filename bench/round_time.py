@@ -15,6 +15,14 @@ Each configuration runs in its own subprocess (so peak GPU memory is that config
   checkpointing, batch 16, up to 100 steps of 3 epochs) and the engine's old 64 rows per forward;
 - after: the shared prefix run once per micro-batch, bf16 base weights on a GPU, batch 32, up to
   60 steps (the simulation's settings), 256 rows per forward.
+``--workers W`` (W >= 2) runs the round as W GPU workers would (the product's per-member training
+tasks and per-shard scoring tasks, ``annotate.gpu.*``, spread over W gpu-worker processes on the same
+GPU): W warm worker processes, started and loaded before the round like long-lived Celery workers;
+member k trains in worker k mod W, the candidates and the test set are scored in W contiguous shards,
+shard i always in worker i (each worker keeps its test shard's trunk outputs, as a sequential engine
+keeps the whole test set's). The adapters are the same as the sequential run's (member k, seed k, the
+same labels), so the test accuracy is a check. GPU memory is per process (the largest worker).
+
 Prints one table; OUT/round-time.json holds the raw numbers, the options and the git commit.
 """
 
@@ -105,26 +113,57 @@ def build(model_dir: str, data: Path, prefix_tokens: int) -> tuple[Any, list[tup
     return renderer, train[:-400], test
 
 
-def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def _split(
+    train: list[tuple[str, str]], test: list[tuple[str, str]], args: argparse.Namespace
+) -> tuple[dict[str, int], list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]], Any]:
+    """(label index, the L labelled items, the candidates, the test items, the seeded generator)."""
     import numpy as np
-    import torch
 
-    from scoring.engines import AdapterRef
-    from scoring.engines.hf import HFEngine
-    from scoring.proxy import fit_proxy
-    from scoring.selection import committee_distribution, select_committee
-    from scoring.signals import mean_distribution
-    from training.lora import TrainConfig, train_adapter
-
-    cfg = CONFIGS[name]
-    renderer, train, test = build(args.model, Path(args.data), args.prefix_tokens)
     names = sorted({label for _, label in train})
-    index = {n: i for i, n in enumerate(names)}
     rng = np.random.default_rng(0)
     order = rng.permutation(len(train))
     labeled = [train[i] for i in order[: args.labels]]
     candidates = [train[i] for i in order[args.labels : args.labels + args.candidates]]
-    test = test[: args.test]
+    return {n: i for i, n in enumerate(names)}, labeled, candidates, test[: args.test], rng
+
+
+def _select(p: Any, labeled: list[tuple[str, str]], index: dict[str, int], rng: Any, args: argparse.Namespace) -> Any:
+    """The committee strategy's batch over the scored candidates ([K, N, C])."""
+    import numpy as np
+
+    from scoring.proxy import fit_proxy
+    from scoring.selection import committee_distribution, select_committee
+    from scoring.signals import mean_distribution
+
+    emb = rng.standard_normal((p.shape[1] + args.labels, 384)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    proxy = fit_proxy(emb[: args.labels], np.array([index[y] for _, y in labeled]), len(index))
+    committee = committee_distribution(mean_distribution(p), proxy.predict_proba(emb[args.labels :]), args.k)
+    return select_committee(committee, emb[args.labels :], emb[: args.labels], b=args.batch, random_share=0.15, rng=0)
+
+
+def _accuracy(p: Any, test: list[tuple[str, str]], index: dict[str, int]) -> float:
+    """The K members' mean distribution on the test items, % (one seed: a sanity check)."""
+    import numpy as np
+
+    from scoring.signals import mean_distribution
+
+    y_test = np.array([index.get(y, -1) for _, y in test])
+    return round(100 * float(np.mean(mean_distribution(p).argmax(axis=1) == y_test)), 2)
+
+
+def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from scoring.engines import AdapterRef
+    from scoring.engines.hf import HFEngine
+    from training.lora import TrainConfig, train_adapter
+
+    if args.workers > 1:
+        return _one_config_workers(name, args)
+    cfg = CONFIGS[name]
+    renderer, train, test = build(args.model, Path(args.data), args.prefix_tokens)
+    index, labeled, candidates, test, rng = _split(train, test, args)
     on_gpu = torch.cuda.is_available()
     timings: dict[str, float] = {}
     out = Path(args.work) / name
@@ -152,7 +191,7 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 config=replace(train_cfg, seed=k),
                 warm_from=None if warm is None else warm[k],
             )
-            refs.append(AdapterRef(f"{tag}-{k}", len(refs) + 1 + (100 if tag == "round" else 0), trained.path))
+            refs.append(_ref(tag, k, str(trained.path)))
         return refs
 
     # The previous round's adapters (untimed): trained on the labels minus this round's batch.
@@ -160,42 +199,207 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = HFEngine(args.model, **cfg["engine"])
     # Steady state: the previous round evaluated the same fixed test set (untimed here), which is
     # what lets an engine keep its trunk outputs (top-layer adapters) from one round to the next.
-    engine.score(renderer, [t for t, _ in test[: args.test]], previous)
+    engine.score(renderer, [t for t, _ in test], previous)
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     scored = timed("score", lambda: engine.score(renderer, [t for t, _ in candidates], previous))
-    emb = rng.standard_normal((len(candidates) + args.labels, 384)).astype(np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-
-    def choose() -> Any:
-        proxy = fit_proxy(emb[: args.labels], np.array([index[y] for _, y in labeled]), len(names))
-        committee = committee_distribution(mean_distribution(scored.p), proxy.predict_proba(emb[args.labels :]), args.k)
-        return select_committee(
-            committee, emb[args.labels :], emb[: args.labels], b=args.batch, random_share=0.15, rng=0
-        )
-
-    timed("select", choose)
+    timed("select", lambda: _select(scored.p, labeled, index, rng, args))
     refs = timed("train", lambda: train_all(labeled, "round", [r.path for r in previous]))
     evaluated = timed("evaluate", lambda: engine.score(renderer, [t for t, _ in test], refs))
     total = time.perf_counter() - started
-    y_test = np.array([index.get(y, -1) for _, y in test])
-    accuracy = float(np.mean(mean_distribution(evaluated.p).argmax(axis=1) == y_test))
-    return {
-        "config": name,
-        "options": cfg,
-        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
-        "prefix_tokens": len(renderer.prefix_ids),
-        "mean_prompt_tokens": round(float(scored.tokens) / max(1, len(candidates)), 1),
-        "seconds": timings,
-        "round_seconds": round(total, 3),
-        "test_accuracy": round(100 * accuracy, 2),  # the K members' mean distribution, one seed: a sanity check
-        "train_steps_per_member": min(
-            train_cfg.max_steps or 10**9, train_cfg.epochs * -(-args.labels // train_cfg.batch_size)
-        ),
+    return _row(name, args, renderer, train_cfg, len(candidates), scored.tokens, timings, total) | {
+        "test_accuracy": _accuracy(evaluated.p, test, index),
         "gpu_peak_allocated_mib": round(torch.cuda.max_memory_allocated() / 2**20) if on_gpu else None,
         "gpu_peak_reserved_mib": round(torch.cuda.max_memory_reserved() / 2**20) if on_gpu else None,
         "peak_rss_mib": round(_peak_rss_mib()),
+    }
+
+
+def _ref(tag: str, k: int, path: str) -> Any:
+    from scoring.engines import AdapterRef
+
+    return AdapterRef(f"{tag}-{k}", k + 1 + (100 if tag == "round" else 0), path)
+
+
+def _row(
+    name: str,
+    args: argparse.Namespace,
+    renderer: Any,
+    train_cfg: Any,
+    n_candidates: int,
+    tokens: int,
+    timings: dict[str, float],
+    total: float,
+) -> dict[str, Any]:
+    import torch
+
+    return {
+        "config": name,
+        "options": CONFIGS[name],
+        "workers": args.workers,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "prefix_tokens": len(renderer.prefix_ids),
+        "mean_prompt_tokens": round(float(tokens) / max(1, n_candidates), 1),
+        "seconds": timings,
+        "round_seconds": round(total, 3),
+        "train_steps_per_member": min(
+            train_cfg.max_steps or 10**9,
+            max(train_cfg.epochs * -(-args.labels // train_cfg.batch_size), train_cfg.min_steps),
+        ),
+    }
+
+
+def _serve(conn: Any, name: str, options: dict[str, Any]) -> None:
+    """A warm gpu worker: one engine and the trainer, serving ("train" | "score" | "reset" | "memory",
+    payload) messages until None, one at a time, as a Celery gpu-worker with concurrency 1 does."""
+    import traceback
+
+    import torch
+
+    from scoring.engines.hf import HFEngine
+    from training.lora import TrainConfig, train_adapter
+
+    args = argparse.Namespace(**options)
+    # The cores split between the workers, as separate worker processes on one machine would be
+    # given them: W processes of all-cores thread pools oversubscribe the CPU (4x slower on 2 cores).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.workers))
+    cfg = CONFIGS[name]
+    renderer, _, _ = build(args.model, Path(args.data), args.prefix_tokens)
+    engine = HFEngine(args.model, **cfg["engine"])
+    train_cfg = replace(TrainConfig(), **cfg["train"])
+    on_gpu = torch.cuda.is_available()
+    while (message := conn.recv()) is not None:
+        op, payload = message
+        try:
+            result: Any = None
+            if op == "train":
+                texts, labels, out_dir, k, warm = payload
+                trained = train_adapter(
+                    model_dir=args.model,
+                    renderer=renderer,
+                    texts=texts,
+                    label_indices=labels,
+                    out_dir=out_dir,
+                    config=replace(train_cfg, seed=k),
+                    warm_from=warm,
+                )
+                result = str(trained.path)
+            elif op == "score":
+                scored = engine.score(renderer, payload[0], payload[1])
+                result = (scored.p, int(scored.tokens))
+            elif op == "reset" and on_gpu:
+                torch.cuda.reset_peak_memory_stats()
+            elif op == "memory":
+                reserved = round(torch.cuda.max_memory_reserved() / 2**20) if on_gpu else None
+                allocated = round(torch.cuda.max_memory_allocated() / 2**20) if on_gpu else None
+                result = (allocated, reserved, round(_peak_rss_mib()))
+            if on_gpu:
+                torch.cuda.synchronize()
+            conn.send(("ok", result))
+        except Exception:  # the caller raises it with the worker's traceback
+            conn.send(("error", traceback.format_exc()))
+
+
+class _Workers:
+    """W worker processes (spawned, like separate Celery workers) and a blocking fan-out over them."""
+
+    def __init__(self, n: int, name: str, args: argparse.Namespace) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conns, self.procs = [], []
+        for _ in range(n):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(child, name, vars(args)), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def run(self, jobs: list[tuple[int, str, Any]]) -> list[Any]:
+        """Each (worker, op, payload) in its worker, a worker's jobs in order, all workers at once;
+        the results in the jobs' order."""
+        queues: dict[int, list[int]] = {}
+        for j, (w, _, _) in enumerate(jobs):
+            queues.setdefault(w, []).append(j)
+        results: list[Any] = [None] * len(jobs)
+        for w, queue in queues.items():
+            self.conns[w].send(jobs[queue[0]][1:])
+        for w, queue in queues.items():
+            for i, j in enumerate(queue):
+                status, result = self.conns[w].recv()
+                if status != "ok":
+                    raise RuntimeError(f"worker {w}, {jobs[j][1]}:\n{result}")
+                results[j] = result
+                if i + 1 < len(queue):
+                    self.conns[w].send(jobs[queue[i + 1]][1:])
+        return results
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            conn.send(None)
+            proc.join(timeout=60)
+
+
+def _one_config_workers(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The round of one_config, its training and scoring spread over ``args.workers`` warm workers."""
+    import numpy as np
+
+    renderer, train, test = build(args.model, Path(args.data), args.prefix_tokens)
+    index, labeled, candidates, test, rng = _split(train, test, args)
+    out = Path(args.work) / f"{name}-w{args.workers}"
+    timings: dict[str, float] = {}
+    n = args.workers
+    pool = _Workers(n, name, args)
+    try:
+
+        def train_jobs(items: list[tuple[str, str]], tag: str, warm: list[str] | None) -> list[tuple[int, str, Any]]:
+            texts, labels = [t for t, _ in items], [index[y] for _, y in items]
+            return [
+                (k % n, "train", (texts, labels, str(out / f"{tag}-{k}"), k, None if warm is None else warm[k]))
+                for k in range(args.k)
+            ]
+
+        def score_jobs(items: list[tuple[str, str]], refs: list[Any]) -> list[tuple[int, str, Any]]:
+            shards = np.array_split(np.arange(len(items)), n)
+            return [(i, "score", ([items[j][0] for j in shard], refs)) for i, shard in enumerate(shards)]
+
+        def scored(results: list[Any]) -> tuple[Any, int]:
+            return np.concatenate([p for p, _ in results], axis=1), sum(t for _, t in results)
+
+        def timed(step: str, fn: Any) -> Any:
+            started = time.perf_counter()
+            result = fn()
+            timings[step] = round(time.perf_counter() - started, 3)
+            return result
+
+        # Untimed, as in the sequential run: the previous round's adapters and its evaluation of the
+        # fixed test set (each worker keeps its own test shard's trunk outputs).
+        paths = pool.run(train_jobs(labeled[: args.labels - args.batch], "previous", None))
+        previous = [_ref("previous", k, path) for k, path in enumerate(paths)]
+        pool.run(score_jobs(test, previous))
+        pool.run([(w, "reset", None) for w in range(n)])
+        started = time.perf_counter()
+        p, tokens = timed("score", lambda: scored(pool.run(score_jobs(candidates, previous))))
+        timed("select", lambda: _select(p, labeled, index, rng, args))
+        paths = timed("train", lambda: pool.run(train_jobs(labeled, "round", [r.path for r in previous])))
+        refs = [_ref("round", k, path) for k, path in enumerate(paths)]
+        evaluated, _ = timed("evaluate", lambda: scored(pool.run(score_jobs(test, refs))))
+        total = time.perf_counter() - started
+        memory = pool.run([(w, "memory", None) for w in range(n)])
+    finally:
+        pool.close()
+    from training.lora import TrainConfig
+
+    train_cfg = replace(TrainConfig(), **CONFIGS[name]["train"])
+    gpu = [m for m in memory if m[1] is not None]
+    return _row(name, args, renderer, train_cfg, len(candidates), tokens, timings, total) | {
+        "test_accuracy": _accuracy(evaluated, test, index),
+        # Per worker process, the largest (each worker is one process on the GPU).
+        "gpu_peak_allocated_mib": max(m[0] for m in gpu) if gpu else None,
+        "gpu_peak_reserved_mib": max(m[1] for m in gpu) if gpu else None,
+        "gpu_peak_reserved_mib_all_workers": sum(m[1] for m in gpu) if gpu else None,
+        "peak_rss_mib": max(m[2] for m in memory),
     }
 
 
@@ -214,6 +418,10 @@ def commit() -> str:
         return "unknown"
 
 
+def _workers_tag(row: dict[str, Any]) -> str:
+    return f", {row['workers']} workers" if row.get("workers", 1) > 1 else ""
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| config | device | prompt tokens | score | select | train | evaluate | round | GPU peak reserved"
@@ -226,7 +434,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         steps = " | ".join(f"{s[k]:.2f} s" for k in ("score", "select", "train", "evaluate"))
         rss = f"{r['peak_rss_mib'] / 1024:.2f} GiB"
         lines.append(
-            f"| {r['config']} | {r['device']} | {r['mean_prompt_tokens']:.0f} | {steps}"
+            f"| {r['config']}{_workers_tag(r)} | {r['device']} | {r['mean_prompt_tokens']:.0f} | {steps}"
             f" | {r['round_seconds']:.2f} s | {gpu} | {rss} | {r.get('test_accuracy', '—')} |"
         )
     return "\n".join(lines)
@@ -241,6 +449,7 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=2000)
     parser.add_argument("--test", type=int, default=500)
     parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="gpu worker processes the round runs on (see above)")
     parser.add_argument("--prefix-tokens", type=int, default=900)
     parser.add_argument("--configs", default="before,after")
     parser.add_argument("--out", default="var/round-time")
