@@ -36,11 +36,12 @@ BUDGET=${BUDGET:-540}
 export ALANN_SIM_THREADS=${THREADS:-1}
 # Training per round, K=2 warm-started members: 48 steps of 32 every round (min_steps = max_steps:
 # epochs alone gave a 100-label round 12 steps, far too few: bench/steps_probe.py), LoRA in the top
-# 8 layers only (the trunk below runs once: scoring/toplayers.py), no dropout; lr 1e-3 because a
+# 8 layers only (16 above 50 labels: TrainConfig.wide_top_layers; the trunk below runs once:
+# scoring/toplayers.py), no dropout; lr 1e-3 because a
 # round's few dozen steps at 2e-4 barely move a warm adapter; no checkpoints (a simulated round is rerun, not resumed); the shared prefix runs once
 # per step, so no micro-batch split is needed. max_context "auto": prefix + longest item. A stop set
 # of 200 (not the app's 500): the κ signal in the records at 40 % of the evaluation's extra prompts.
-LOOP=${LOOP:-'{"max_context": "auto", "arms": false, "stop_set_size": 200, "train": {"epochs": 3, "max_steps": 48, "batch_size": 32, "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1048576, "dropout": 0.0, "top_layers": 8, "min_steps": 48}}'}
+LOOP=${LOOP:-'{"max_context": "auto", "arms": false, "stop_set_size": 200, "train": {"epochs": 3, "max_steps": 48, "batch_size": 32, "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1048576, "dropout": 0.0, "top_layers": 8, "wide_top_layers": 16, "min_steps": 48}}'}
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$OUT/versions.txt" 2>&1

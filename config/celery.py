@@ -1,5 +1,6 @@
 """The Celery app. Queues: ``default`` (imports, exports, embeddings, bookkeeping) and ``gpu``
-(scoring and training; run one worker per GPU with ``-Q gpu -c 1``)."""
+(scoring and training; run one worker per GPU with ``-Q gpu -c 1``, or two per GPU for the hf engine
+with the loop option ``n_shards: 2``: a round's members and score shards are separate tasks)."""
 
 from __future__ import annotations
 

@@ -465,8 +465,9 @@ def write_report(
     drop: Sequence[str] = (),
 ) -> str:
     """The table (printed and written to OUT/report.md) and one PNG per data set, written to OUT and
-    copied to ``plots_dir``. ``drop``: "strategy@commit-prefix" entries whose records are left out (a
-    strategy re-run by newer code, its old records kept in the same file). Returns the markdown."""
+    copied to ``plots_dir``. ``drop``: "[data/]strategy@commit-prefix" entries whose records are left
+    out (a strategy re-run by newer code, its old records kept in the same file; "data/" limits it to
+    one set). Returns the markdown."""
     paths = [records_path] if isinstance(records_path, Path) else list(records_path)
     records = [r for r in load_records(paths) if not _dropped(r, drop)]
     base = baseline_rows(baselines)
@@ -545,9 +546,16 @@ def update_readme(path: Path, block: str) -> None:
 
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
+    """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
+    that strategy's records of every data set)."""
     for entry in drop:
-        strategy, _, commit = entry.partition("@")
-        if record.get("strategy") == strategy and str(record.get("commit", "")).startswith(commit):
+        scope, _, commit = entry.partition("@")
+        data, _, strategy = scope.rpartition("/")
+        if (
+            (not data or record.get("data") == data)
+            and record.get("strategy") == strategy
+            and str(record.get("commit", "")).startswith(commit)
+        ):
             return True
     return False
 
@@ -558,7 +566,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: the first input's)")
     parser.add_argument("--plots-dir", type=Path, default=ROOT / "bench" / "plots")
     parser.add_argument("--baselines", type=Path, default=DEFAULT_BASELINES)
-    parser.add_argument("--drop", action="append", default=[], help="STRATEGY@COMMIT: leave those records out")
+    parser.add_argument("--drop", action="append", default=[], help="[DATA/]STRATEGY@COMMIT: leave those records out")
     parser.add_argument("--readme", type=Path, default=None, help="also rewrite this README's sim-report block")
     args = parser.parse_args()
     first = args.inputs[0]

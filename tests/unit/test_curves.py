@@ -145,3 +145,17 @@ def test_first_stable_is_the_first_round_the_rule_holds() -> None:
 
     check()
     assert first_stable([None, 0.99, 0.99, 0.99]) == 3 and first_stable([1.0, 1.0]) is None
+
+
+def test_drop_entries_name_a_strategy_at_a_commit_everywhere_or_in_one_set() -> None:
+    from annotate.simulation.report import _dropped
+
+    def record(data: str, strategy: str, commit: str) -> dict[str, str]:
+        return {"data": data, "strategy": strategy, "commit": commit}
+
+    everywhere, one_set = ["active@e6a2"], ["clinc150/active@e6a2"]
+    assert _dropped(record("trec", "active", "e6a244b"), everywhere)
+    assert _dropped(record("clinc150", "active", "e6a244b"), one_set)
+    assert not _dropped(record("trec", "active", "e6a244b"), one_set)  # another set
+    assert not _dropped(record("clinc150", "random", "e6a244b"), one_set)  # another strategy
+    assert not _dropped(record("clinc150", "active", "4259b47"), one_set)  # another commit

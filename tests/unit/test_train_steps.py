@@ -43,3 +43,28 @@ def test_small_label_sets_get_the_floor() -> None:
 def test_a_negative_floor_is_refused() -> None:
     with pytest.raises(ValueError, match="invalid training config"):
         TrainConfig(min_steps=-1)
+
+
+@given(
+    top=st.integers(0, 30),
+    wide=st.integers(0, 30),
+    n_labels=st.integers(1, 300),
+)
+def test_wide_layers_replace_a_smaller_top_layer_count_above_the_label_threshold(
+    top: int, wide: int, n_labels: int
+) -> None:
+    from training.lora import WIDE_LABELS
+
+    config = TrainConfig(top_layers=top, wide_top_layers=wide)
+    resolved = config.for_labels(n_labels)
+    # Only the layer count may change, and only upward from a partial stack (0 = every layer already).
+    assert resolved.wide_top_layers == wide and resolved.lr == config.lr
+    if n_labels > WIDE_LABELS and 0 < top < wide:
+        assert resolved.top_layers == wide
+    else:
+        assert resolved is config
+
+
+def test_a_negative_wide_layer_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid training config"):
+        TrainConfig(wide_top_layers=-1)
