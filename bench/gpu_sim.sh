@@ -6,6 +6,9 @@
 #
 #   COMMIT=<sha> SETS="clinc150 trec" STRATEGIES=active,random SEEDS=3 LABELS=1000 BUDGET=520 bash bench/gpu_sim.sh
 #
+# A mid-sized label set from a shared one (how many labels the 16 wide layers need, TrainConfig.
+# wide_top_layers): SETS=clinc150 EXTRA="--label-subset 60" (records' data: clinc150-60labels).
+#
 # Two sets (12 jobs) a call: the jobs' kernels are small and the GPU runs one process's at a time,
 # so a round's time grows with the number of jobs; 12 jobs reach 1,000 labels inside one call
 # (session 6: clinc150+trec, sst2+emotion, snips+search_snippets).

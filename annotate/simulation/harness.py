@@ -71,6 +71,9 @@ class SimSpec:
     model_dir: str = ""  # empty: settings.LLM_DIR
     pool_sample: int = 0  # >0: a fixed random sample of train.csv is the pool (SST-2: 20,000)
     test_sample: int = 0  # >0: a fixed random sample of test.csv is the test set (CLINC150: 2,000 of 5,500)
+    # >0: only the rows of a fixed random subset of this many labels, in train and test (CLINC150 at 60
+    # of its 151 intents: a mid-sized label set from a shared one); the records' data is then "<name>-<n>labels"
+    label_subset: int = 0
     candidate_sample: int = 0  # items rescored per round (0: the whole eligible pool)
     mass_threshold: float = 0.05  # the production default (Project.mass_threshold)
     full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
@@ -135,34 +138,67 @@ def _sample_rows(n: int, size: int) -> list[int]:
     return list(range(n))
 
 
-def prepare_data(*, data_dir: Path, work_dir: Path, pool_sample: int = 0, test_sample: int = 0) -> SimData:
+def _label_subset(names: tuple[str, ...], size: int) -> tuple[str, ...]:
+    """Every label, or a fixed random subset of ``size`` (the same for every strategy, seed and run)."""
+    if size < 0 or size == 1:
+        raise SimulationError(f"a label subset needs at least 2 labels (0: all), got {size}")
+    if 0 < size < len(names):
+        chosen = np.random.default_rng(POOL_SAMPLE_SEED).choice(len(names), size=size, replace=False)
+        return tuple(names[int(i)] for i in sorted(chosen))
+    return names
+
+
+def prepare_data(
+    *, data_dir: Path, work_dir: Path, pool_sample: int = 0, test_sample: int = 0, label_subset: int = 0
+) -> SimData:
     """The pool and test CSVs with stable ids, written once under WORK/data (jobs reuse them). A test
-    sample keeps the rows' ids ("test-<row in test.csv>"), so every job is scored on the same items."""
+    sample keeps the rows' ids ("test-<row in test.csv>"), so every job is scored on the same items. A
+    label subset keeps only its labels' rows (ids unchanged), before the samples are drawn."""
     train, test = read_rows(data_dir / "train.csv"), read_rows(data_dir / "test.csv")
-    rows = _sample_rows(len(train), pool_sample)
-    test_rows = _sample_rows(len(test), test_sample)
+    all_names = tuple(sorted({label for _, label in train}))
+    unknown = {label for _, label in test} - set(all_names)
+    if unknown:
+        raise SimulationError(f"test.csv has labels train.csv lacks: {sorted(unknown)}")
+    names = _label_subset(all_names, label_subset)
+    subset = len(names) < len(all_names)
+    keep = set(names)
+    train_idx = [i for i, (_, label) in enumerate(train) if label in keep]
+    test_idx = [i for i, (_, label) in enumerate(test) if label in keep]
+    rows = [train_idx[j] for j in _sample_rows(len(train_idx), pool_sample)]
+    test_rows = [test_idx[j] for j in _sample_rows(len(test_idx), test_sample)]
     target = work_dir / "data"
     target.mkdir(parents=True, exist_ok=True)
-    # The sample sizes are in the names: a work folder reused with another --pool-sample or
-    # --test-sample gets its own files, never an earlier run's.
-    pool_csv = target / ("pool.csv" if len(rows) == len(train) else f"pool-{len(rows)}.csv")
-    test_csv = target / ("test.csv" if len(test_rows) == len(test) else f"test-{len(test_rows)}.csv")
+    # The sample sizes and the label subset are in the names: a work folder reused with another
+    # --pool-sample, --test-sample or --label-subset gets its own files, never an earlier run's.
+    tag = f"-{len(names)}labels" if subset else ""
+    pool_csv = target / (f"pool{tag}.csv" if len(rows) == len(train_idx) else f"pool{tag}-{len(rows)}.csv")
+    test_csv = target / (f"test{tag}.csv" if len(test_rows) == len(test_idx) else f"test{tag}-{len(test_rows)}.csv")
+    train_csv = target / f"train{tag}.csv" if subset else data_dir / "train.csv"
     if not pool_csv.is_file():
         _write_rows(pool_csv, "train", [(i, *train[i]) for i in rows])
     if not test_csv.is_file():
         _write_rows(test_csv, "test", [(i, *test[i]) for i in test_rows])
-    names = tuple(sorted({label for _, label in train}))
-    unknown = {label for _, label in test} - set(names)
-    if unknown:
-        raise SimulationError(f"test.csv has labels train.csv lacks: {sorted(unknown)}")
+    if subset and not train_csv.is_file():  # the full-data job trains on the subset's labels only
+        _write_rows(train_csv, "train", [(i, *train[i]) for i in train_idx])
     return SimData(
-        name=data_dir.resolve().name,
+        name=data_dir.resolve().name + tag,
         label_names=names,
         pool_csv=pool_csv,
         test_csv=test_csv,
-        train_csv=data_dir / "train.csv",
+        train_csv=train_csv,
         n_pool=len(rows),
         n_test=len(test_rows),
+    )
+
+
+def spec_data(spec: SimSpec) -> SimData:
+    """The data files of ``spec`` (the parent and every worker subprocess get the same ones)."""
+    return prepare_data(
+        data_dir=spec.data_dir,
+        work_dir=spec.work_dir,
+        pool_sample=spec.pool_sample,
+        test_sample=spec.test_sample,
+        label_subset=spec.label_subset,
     )
 
 
@@ -398,6 +434,7 @@ def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
         "candidate_sample": spec.candidate_sample,
         "pool_sample": spec.pool_sample,
         "test_sample": spec.test_sample,
+        "label_subset": spec.label_subset,
         "strategy": job.strategy,
         "seed": job.seed,
         "k": spec.k,

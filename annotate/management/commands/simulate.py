@@ -49,6 +49,7 @@ class Command(BaseCommand):
         parser.add_argument("--model", default="", help="local HF model directory (default settings.LLM_DIR)")
         parser.add_argument("--pool-sample", type=int, default=0, help="fixed random sample of train as the pool")
         parser.add_argument("--test-sample", type=int, default=0, help="fixed random sample of test as the test set")
+        parser.add_argument("--label-subset", type=int, default=0, help="only a fixed random N of the labels (0: all)")
         parser.add_argument("--seed-labels", type=int, default=20, help="random seed set labelled in round 1")
         parser.add_argument("--candidate-sample", type=int, default=0, help="items rescored per round (0: all)")
         parser.add_argument("--mass-threshold", type=float, default=0.05, help="label mass under it: review bucket")
@@ -65,21 +66,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["job"]:  # a worker subprocess: one job in its own database, the parent's spec
             spec = sim.spec_from_json(json.loads(Path(opts["spec"]).read_text()))
-            data = sim.prepare_data(
-                data_dir=spec.data_dir,
-                work_dir=spec.work_dir,
-                pool_sample=spec.pool_sample,
-                test_sample=spec.test_sample,
-            )
+            data = sim.spec_data(spec)
             call_command("migrate", verbosity=0, interactive=False)
             sim.run_job(spec=spec, data=data, job=sim.Job.parse(opts["job"]), log=self._log)
             return
         if not opts["data"]:
             raise CommandError("--data is required")
         spec = self._spec(opts)
-        data = sim.prepare_data(
-            data_dir=spec.data_dir, work_dir=spec.work_dir, pool_sample=spec.pool_sample, test_sample=spec.test_sample
-        )
+        try:
+            data = sim.spec_data(spec)
+        except sim.SimulationError as exc:
+            raise CommandError(str(exc)) from exc
         spec = self._with_context(spec, data)
         jobs = self._jobs(opts)
         if spec.records_path.exists():  # never mix two runs' records
@@ -131,6 +128,7 @@ class Command(BaseCommand):
             model_dir=str(model_dir),  # resolved here: a worker's own VAR_DIR would move the default LLM_DIR
             pool_sample=opts["pool_sample"],
             test_sample=opts["test_sample"],
+            label_subset=opts["label_subset"],
             candidate_sample=opts["candidate_sample"],
             mass_threshold=opts["mass_threshold"],
             full_data_steps=opts["full_data_steps"],
