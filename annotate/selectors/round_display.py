@@ -121,6 +121,9 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
         ("Trained on", f"{int(metrics.get('labels', 0))} labels"),
         ("Test items", f"{int(metrics.get('test_n', 0))}"),
     ]
+    adapters = metrics.get("adapters") or {}
+    if adapters.get("k"):
+        lines.append(("Adapters", adapters_sentence(adapters)))
     blend = metrics.get("blend") or {}
     if isinstance(blend.get("weight"), int | float):
         lines.append(("Predictor", blend_sentence(blend)))
@@ -134,6 +137,17 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return lines
+
+
+def adapters_sentence(adapters: dict[str, Any]) -> str:
+    """The round's ensemble in words: members, rank, the adapted layers and why, training steps."""
+    layers = int(adapters.get("layers") or 0)
+    where = f"the top {layers} layers" if layers else "every layer"
+    if adapters.get("wide"):
+        where += f" (more layers: the project has more than {adapters.get('wide_labels')} labels)"
+    rank = f" rank {adapters['rank']}" if adapters.get("rank") else ""
+    steps = f", {int(adapters.get('steps', 0))} steps of {int(adapters.get('batch_size', 0))} each"
+    return f"{int(adapters['k'])} LoRA adapters{rank} in {where}{steps}"
 
 
 def blend_sentence(blend: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ the test and stop sets. Loop option ``blend: "off"`` predicts with the adapters 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from annotate.services.round_state import S, add_cost, plan_path, read_plan, rou
 from scoring import pipeline
 from scoring.device import device_kind
 from training import blend, curves, ensemble
+from training.lora import ADAPTER_CONFIG, WIDE_LABELS, total_steps
 
 HELDOUT_FILE = "heldout.npz"
 
@@ -244,6 +246,30 @@ def _plan_proxy(
     return proxy_probabilities(train, [y for _, y in pairs], embeddings(texts, hashes), n_classes)
 
 
+def _adapters(row: Round, labels_used: int) -> dict[str, Any]:
+    """What the round's prod adapters are, read from the first one's adapter_config.json (a warm start
+    keeps the shape its first round gave it): members, LoRA rank, adapted layers (0: every layer),
+    optimiser steps and batch size a member, and whether the many-label rule widened the layers."""
+    config = loop_config(row.project).train
+    members = list(AdapterVersion.objects.filter(round=row, arm=AdapterVersion.Arm.PROD).order_by("k"))
+    info: dict[str, Any] = {}
+    if members:
+        path = Path(members[0].path) / ADAPTER_CONFIG
+        info = json.loads(path.read_text()) if path.is_file() else {}
+    layers = info.get("layers_to_transform")
+    n_layers = len(layers) if isinstance(layers, list) else 0
+    n_labels = len(loop_sel.label_index(project=row.project))
+    return {
+        "k": len(members),
+        "rank": info.get("r"),
+        "layers": n_layers,
+        "steps": total_steps(max(1, labels_used), config),
+        "batch_size": config.batch_size,
+        "wide": bool(n_labels > WIDE_LABELS and config.wide_top_layers and n_layers == config.wide_top_layers),
+        "wide_labels": WIDE_LABELS,
+    }
+
+
 def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:
     """The prod ensemble's argmax on the stop set as label ids (stable across a reordering of the
     label set), aligned with the item ids: what κ between this round and the next is computed from
@@ -295,7 +321,7 @@ def _evaluate(row: Round) -> None:
     if stop_set_draw(project=row.project, size=loop_options().stop_set_size):  # drawn once, then read
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
-    metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids)}
+    metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row, labels_used)}
     scores, p_stop, blend_record = (
         _score_sets(row, test_ids, texts, y, stop_ids, stop_texts)
         if test_ids or stop_ids

@@ -91,3 +91,17 @@ def test_cost_and_metrics_in_words_and_units() -> None:
     assert predictor.endswith("on the test set adapters 79.0 %, proxy 74.0 %")
     metrics["blend"] = {"weight": 1.0, "heldout_n": 0, "reason": "no held-out labels yet: adapters alone"}
     assert dict(metric_lines(metrics))["Predictor"] == "the adapters alone (no held-out labels yet: adapters alone)"
+
+
+def test_the_adapters_line_says_what_was_trained_and_why_more_layers() -> None:
+    metrics: dict = {"accuracy": 0.7, "labels": 40, "test_n": 100}
+    assert "Adapters" not in dict(metric_lines(metrics))  # a round from before the line existed
+    metrics["adapters"] = {"k": 2, "rank": 8, "layers": 8, "steps": 48, "batch_size": 32, "wide": False}
+    assert dict(metric_lines(metrics))["Adapters"] == "2 LoRA adapters rank 8 in the top 8 layers, 48 steps of 32 each"
+    metrics["adapters"] |= {"layers": 16, "wide": True, "wide_labels": 50}
+    assert dict(metric_lines(metrics))["Adapters"] == (
+        "2 LoRA adapters rank 8 in the top 16 layers (more layers: the project has more than 50 labels),"
+        " 48 steps of 32 each"
+    )
+    metrics["adapters"] = {"k": 3, "rank": 8, "layers": 0, "steps": 12, "batch_size": 4, "wide": False}
+    assert dict(metric_lines(metrics))["Adapters"] == "3 LoRA adapters rank 8 in every layer, 12 steps of 4 each"
