@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.report import load_records  # noqa: E402
-from training.blend import WINDOW, choose_weight, pool  # noqa: E402
+from training.blend import MIN_HELDOUT, WINDOW, choose_weight, pool  # noqa: E402
 
 AT = (200, 500, 1000)
 History = Sequence[dict[str, Any]]  # the evidence dicts of a job's rounds so far, oldest first
@@ -49,15 +49,16 @@ Jobs = dict[tuple[str, str, int], list[dict[str, Any]]]  # a job's round records
 KEYS = ("uniform", "batch")  # the next batch's counts that score a weight: its random slice, all of it
 
 
-def _fit(key: str, window: int | None, guard: float | None = None) -> Rule:
-    """Pool ``key`` ("batch" or "uniform") counts of the last ``window`` rounds (None: all), pick."""
+def _fit(key: str, window: int | None, guard: float | None = None, min_n: int = MIN_HELDOUT) -> Rule:
+    """Pool ``key`` ("batch" or "uniform") counts of the last ``window`` rounds (None: all), pick;
+    the adapters alone below ``min_n`` pooled items."""
 
     def rule(history: History) -> float:
         recent = history if window is None else history[-window:]
         parts = [e[key] for e in recent if e.get(key)]
         if not parts:
             return 1.0
-        return choose_weight(pool(parts), grid=history[-1]["grid"], guard=guard)
+        return choose_weight(pool(parts), grid=history[-1]["grid"], guard=guard, min_n=min_n)
 
     return rule
 
@@ -76,6 +77,8 @@ RULES: dict[str, Rule] = {
     f"batches, last {WINDOW} (the default)": _fit("batch", WINDOW),
     f"batches, last {WINDOW}, guard z = 1": _fit("batch", WINDOW, guard=1.0),
     "batches, all rounds": _fit("batch", None),
+    f"batches, last {WINDOW}, from 200 held-out": _fit("batch", WINDOW, min_n=200),
+    "batches, all rounds, guard z = 2": _fit("batch", None, guard=2.0),
     f"random slice, last {WINDOW}": _fit("uniform", WINDOW),
     "random slice, all rounds": _fit("uniform", None),
     "random slice, all rounds, guard z = 1": _fit("uniform", None, guard=1.0),

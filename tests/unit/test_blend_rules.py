@@ -180,3 +180,14 @@ def test_random_slice_window_keeps_the_last_rounds() -> None:
 def test_no_next_round_means_no_choice() -> None:
     text = blend_rules.tables([_round(100, 1), _round(300, 3, _bumped(50, 30, {}), _bumped(20, 10, {}))])
     assert "No round has a next round with counts: no next-batch score, nothing to choose a rule by." in text
+
+
+def test_the_min_held_out_rule_keeps_the_adapters_until_enough_batches_pool() -> None:
+    test = _counts(100, [60, 62, 64, 66, 70, 90, 85, 84, 83, 82, 80])
+    batch = _counts(100, [20, 21, 22, 23, 24, 60, 30, 30, 30, 30, 30])  # w = 0.5 wins each batch
+    records = [_record(100, 1, 1.0, None, test), _record(200, 2, 0.5, batch, test), _record(300, 3, 0.5, batch, test)]
+    (rounds,) = blend_rules.jobs(records).values()
+    rule = blend_rules.RULES["batches, last 3, from 200 held-out"]
+    # 100 held-out items after round 2: the adapters alone; 200 after round 3: the fitted weight.
+    assert [w for _, w, _ in blend_rules.replay(rounds, rule)] == [1.0, 1.0, 0.5]
+    assert [w for _, w, _ in blend_rules.replay(rounds, blend_rules.RULES[blend_rules.DEFAULT])] == [1.0, 0.5, 0.5]
