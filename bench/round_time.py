@@ -29,6 +29,7 @@ Prints one table; OUT/round-time.json holds the raw numbers, the options and the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -191,6 +192,8 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 config=replace(train_cfg, seed=k),
                 warm_from=None if warm is None else warm[k],
             )
+            if trained.reused:  # a finished adapter from an earlier run: no training was timed
+                raise RuntimeError(f"{out / f'{tag}-{k}'} was already trained: pass an empty --work")
             refs.append(_ref(tag, k, str(trained.path)))
         return refs
 
@@ -284,6 +287,8 @@ def _serve(conn: Any, name: str, options: dict[str, Any]) -> None:
                     config=replace(train_cfg, seed=k),
                     warm_from=warm,
                 )
+                if trained.reused:  # a finished adapter from an earlier run: no training was timed
+                    raise RuntimeError(f"{out_dir} was already trained: pass an empty --work")
                 result = str(trained.path)
             elif op == "score":
                 scored = engine.score(renderer, payload[0], payload[1])
@@ -313,32 +318,46 @@ class _Workers:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_serve, args=(child, name, vars(args)), daemon=True)
             proc.start()
+            child.close()  # the worker's end lives in the worker alone: its death is an EOF here, not a hang
             self.conns.append(parent)
             self.procs.append(proc)
 
     def run(self, jobs: list[tuple[int, str, Any]]) -> list[Any]:
-        """Each (worker, op, payload) in its worker, a worker's jobs in order, all workers at once;
-        the results in the jobs' order."""
+        """Each (worker, op, payload) in its worker, a worker's jobs in order, all workers at once (a
+        worker gets its next job as soon as it answers); the results in the jobs' order."""
+        from multiprocessing.connection import wait
+
         queues: dict[int, list[int]] = {}
         for j, (w, _, _) in enumerate(jobs):
             queues.setdefault(w, []).append(j)
         results: list[Any] = [None] * len(jobs)
+        busy: dict[Any, tuple[int, int]] = {}  # connection -> (worker, job)
         for w, queue in queues.items():
             self.conns[w].send(jobs[queue[0]][1:])
-        for w, queue in queues.items():
-            for i, j in enumerate(queue):
-                status, result = self.conns[w].recv()
+            busy[self.conns[w]] = (w, queue.pop(0))
+        while busy:
+            for ready in wait(list(busy)):
+                w, j = busy.pop(ready)
+                conn = self.conns[w]
+                try:
+                    status, result = conn.recv()
+                except EOFError:
+                    raise RuntimeError(f"worker {w} died during {jobs[j][1]}") from None
                 if status != "ok":
                     raise RuntimeError(f"worker {w}, {jobs[j][1]}:\n{result}")
                 results[j] = result
-                if i + 1 < len(queue):
-                    self.conns[w].send(jobs[queue[i + 1]][1:])
+                if queues[w]:
+                    conn.send(jobs[queues[w][0]][1:])
+                    busy[conn] = (w, queues[w].pop(0))
         return results
 
     def close(self) -> None:
         for conn, proc in zip(self.conns, self.procs, strict=True):
-            conn.send(None)
+            with contextlib.suppress(OSError):  # a worker that already died
+                conn.send(None)
             proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
 
 
 def _one_config_workers(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -362,7 +381,7 @@ def _one_config_workers(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
         def score_jobs(items: list[tuple[str, str]], refs: list[Any]) -> list[tuple[int, str, Any]]:
             shards = np.array_split(np.arange(len(items)), n)
-            return [(i, "score", ([items[j][0] for j in shard], refs)) for i, shard in enumerate(shards)]
+            return [(i, "score", ([items[j][0] for j in shard], refs)) for i, shard in enumerate(shards) if len(shard)]
 
         def scored(results: list[Any]) -> tuple[Any, int]:
             return np.concatenate([p for p, _ in results], axis=1), sum(t for _, t in results)
@@ -450,6 +469,7 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=500)
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="gpu worker processes the round runs on (see above)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds a configuration may take")
     parser.add_argument("--prefix-tokens", type=int, default=900)
     parser.add_argument("--configs", default="before,after")
     parser.add_argument("--out", default="var/round-time")
@@ -462,6 +482,8 @@ def main() -> None:
         print(f"commit {record['commit']}, {record['time']}, options: {' '.join(record['argv'])}\n")
         print(table(record["rows"]))
         return
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     args.work = args.work or str(Path(args.out) / "work")
     if args.one:
         print(json.dumps(one_config(args.one, args)))
@@ -469,7 +491,11 @@ def main() -> None:
     rows = []
     for name in args.configs.split(","):
         cmd = [sys.executable, __file__, *sys.argv[1:], "--one", name]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{name} did not finish in {args.timeout} s", file=sys.stderr)
+            continue
         if done.returncode:
             print(f"{name} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
             continue

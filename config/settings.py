@@ -153,7 +153,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
-# Celery: queue "default" for CPU work, "gpu" for scoring/training (one process per GPU).
+# Celery: queue "default" for CPU work, "gpu" for scoring/training (one process per GPU; hf: two with n_shards 2).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL

@@ -44,6 +44,14 @@ def adapter_start_layer(adapter_dir: str | Path) -> int:
     return min(int(i) for i in layers) if layers else 0
 
 
+def adapted_layers(adapter_dir: str | Path) -> int:
+    """How many decoder layers a saved PEFT adapter adapts (0 when it adapts every layer)."""
+    layers = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("layers_to_transform")
+    if layers is None:
+        return 0
+    return 1 if isinstance(layers, int) else len({int(i) for i in layers})
+
+
 def model_start_layer(model: Any) -> int:
     """The lowest decoder layer any LoRA module sits in, for a (PEFT-wrapped) causal LM; the number
     of layers when none does."""

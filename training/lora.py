@@ -578,6 +578,7 @@ def _fingerprint(examples: list[_Example], config: TrainConfig, warm_from: str |
     digest = hashlib.sha256()
     settings = asdict(config)
     settings.pop("checkpoint_every")  # changes when state is saved, not what is trained
+    settings.pop("wide_top_layers")  # resolved into top_layers by for_labels before a run starts
     digest.update(json.dumps(settings, sort_keys=True).encode())
     digest.update(adapter_content_hash(warm_from).encode() if warm_from is not None else b"scratch")
     for ex in examples:

@@ -140,14 +140,26 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def adapters_sentence(adapters: dict[str, Any]) -> str:
-    """The round's ensemble in words: members, rank, the adapted layers and why, training steps."""
-    layers = int(adapters.get("layers") or 0)
-    where = f"the top {layers} layers" if layers else "every layer"
+    """The round's ensemble in words: members, rank, the adapted layers (and why, when the label count
+    widened them), each member's training steps."""
+    k = int(adapters["k"])
+    rank = f" (rank {adapters['rank']})" if adapters.get("rank") else ""
+    layers = [int(n) for n in adapters.get("layers") or []]
+    of = f" of {adapters['model_layers']}" if adapters.get("model_layers") else ""
+    if not layers:
+        where = "on layers not recorded"
+    elif layers == [0]:
+        where = "on every layer"
+    else:
+        counts = " / ".join(str(n) if n else "all" for n in layers)
+        where = f"on the top {counts}{of} layers" + (" (members differ)" if len(layers) > 1 else "")
     if adapters.get("wide"):
         where += f" (more layers: the project has more than {adapters.get('wide_labels')} labels)"
-    rank = f" rank {adapters['rank']}" if adapters.get("rank") else ""
-    steps = f", {int(adapters.get('steps', 0))} steps of {int(adapters.get('batch_size', 0))} each"
-    return f"{int(adapters['k'])} LoRA adapters{rank} in {where}{steps}"
+    if adapters.get("unreadable") and layers:
+        where += f" ({adapters['unreadable']} of {k} not readable)"
+    steps = adapters.get("steps")
+    trained = f"; each trained {int(steps)} steps of {int(adapters.get('batch_size', 0))} labels" if steps else ""
+    return f"{k} LoRA adapter{'s' if k != 1 else ''}{rank} {where}{trained}"
 
 
 def blend_sentence(blend: dict[str, Any]) -> str:

@@ -31,8 +31,9 @@ from annotate.services.projects import stop_set_draw
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
+from scoring.toplayers import adapted_layers
 from training import blend, curves, ensemble
-from training.lora import ADAPTER_CONFIG, WIDE_LABELS, total_steps
+from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
 HELDOUT_FILE = "heldout.npz"
 
@@ -246,28 +247,46 @@ def _plan_proxy(
     return proxy_probabilities(train, [y for _, y in pairs], embeddings(texts, hashes), n_classes)
 
 
-def _adapters(row: Round, labels_used: int) -> dict[str, Any]:
-    """What the round's prod adapters are, read from the first one's adapter_config.json (a warm start
-    keeps the shape its first round gave it): members, LoRA rank, adapted layers (0: every layer),
-    optimiser steps and batch size a member, and whether the many-label rule widened the layers."""
-    config = loop_config(row.project).train
+def _adapters(row: Round) -> dict[str, Any]:
+    """What the round's prod adapters are, read from their own files (a warm start keeps the shape
+    of the project's first adapters, whatever the options say now): members, LoRA rank, the distinct
+    adapted-layer counts (0: every layer) and how many members' configs are unreadable, the base model's
+    layers, optimiser steps and batch size a member, and whether the many-label rule widened them."""
     members = list(AdapterVersion.objects.filter(round=row, arm=AdapterVersion.Arm.PROD).order_by("k"))
-    info: dict[str, Any] = {}
-    if members:
-        path = Path(members[0].path) / ADAPTER_CONFIG
-        info = json.loads(path.read_text()) if path.is_file() else {}
-    layers = info.get("layers_to_transform")
-    n_layers = len(layers) if isinstance(layers, list) else 0
-    n_labels = len(loop_sel.label_index(project=row.project))
+    infos = [_adapter_files(Path(m.path)) for m in members]
+    layers = sorted({info["layers"] for info in infos if info["layers"] is not None})
+    config = loop_config(row.project)
+    widened = config.train.top_layers != loop_options().train.top_layers
     return {
         "k": len(members),
-        "rank": info.get("r"),
-        "layers": n_layers,
-        "steps": total_steps(max(1, labels_used), config),
-        "batch_size": config.batch_size,
-        "wide": bool(n_labels > WIDE_LABELS and config.wide_top_layers and n_layers == config.wide_top_layers),
+        "rank": next((info["rank"] for info in infos if info["rank"] is not None), None),
+        "layers": layers,
+        "unreadable": sum(info["layers"] is None for info in infos),  # members without adapter_config.json
+        "model_layers": _model_layers(config.model_dir),
+        "steps": next((info["steps"] for info in infos if info["steps"] is not None), None),
+        "batch_size": config.train.batch_size,
+        "wide": bool(widened and layers == [config.train.top_layers]),
         "wide_labels": WIDE_LABELS,
     }
+
+
+def _adapter_files(path: Path) -> dict[str, Any]:
+    """An adapter's LoRA rank and adapted layers (adapter_config.json) and its steps (training.json);
+    None where a file is missing."""
+    config = path / ADAPTER_CONFIG
+    info = json.loads((path / TRAINING_INFO).read_text()) if (path / TRAINING_INFO).is_file() else {}
+    return {
+        "rank": json.loads(config.read_text()).get("r") if config.is_file() else None,
+        "layers": adapted_layers(path) if config.is_file() else None,
+        "steps": info.get("steps"),
+    }
+
+
+def _model_layers(model_dir: str) -> int | None:
+    """The base model's decoder layers (config.json's num_hidden_layers), None if unreadable."""
+    path = Path(model_dir) / "config.json"
+    layers = json.loads(path.read_text()).get("num_hidden_layers") if path.is_file() else None
+    return int(layers) if isinstance(layers, int) else None
 
 
 def _stop_predictions(row: Round, stop_ids: list[int], p_stop: np.ndarray) -> dict[str, Any]:
@@ -321,7 +340,7 @@ def _evaluate(row: Round) -> None:
     if stop_set_draw(project=row.project, size=loop_options().stop_set_size):  # drawn once, then read
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
-    metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row, labels_used)}
+    metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row)}
     scores, p_stop, blend_record = (
         _score_sets(row, test_ids, texts, y, stop_ids, stop_texts)
         if test_ids or stop_ids

@@ -16,6 +16,9 @@ flow once every planned adapter exists) moves the round to evaluating, once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from django.db.models import F
 from django.db.models.functions import Least
 
@@ -36,7 +39,9 @@ from annotate.services.round_state import (
 )
 from scoring import pipeline
 from scoring.device import device_kind
+from scoring.toplayers import adapted_layers
 from training import ensemble
+from training.ensemble import LoopConfig
 
 
 def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig) -> Plan:
@@ -131,8 +136,23 @@ def train_adapter_run(*, round_id: int, arm: str, k: int) -> AdapterVersion | No
     return claims.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
 
 
+def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:
+    """``config`` with the adapted layer count of the project's prod adapters so far, when they have
+    one: a warm start keeps its source's shape, so a project whose first adapters took 8 layers
+    (before a deployment widened its label count's default, say) trains its from-scratch member and
+    its comparison arms on 8 too, and "scratch vs warm" and "active vs random" stay like for like."""
+    previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
+    config_file = Path(previous[0].path) / "adapter_config.json" if previous else None
+    if config_file is None or not config_file.is_file():
+        return config
+    layers = adapted_layers(config_file.parent)
+    if layers == config.train.top_layers:
+        return config
+    return replace(config, train=replace(config.train, top_layers=layers))
+
+
 def _train(row: Round, arm: str, k: int) -> AdapterVersion:
-    config = loop_config(row.project)
+    config = _lineage_config(row, loop_config(row.project))
     pairs = read_plan(row)[f"{arm}:{k}"]
     ids = [int(p[0]) for p in pairs]
     texts = dict(Item.objects.filter(id__in=ids).values_list("id", "text"))

@@ -142,7 +142,9 @@ def _label_subset(names: tuple[str, ...], size: int) -> tuple[str, ...]:
     """Every label, or a fixed random subset of ``size`` (the same for every strategy, seed and run)."""
     if size < 0 or size == 1:
         raise SimulationError(f"a label subset needs at least 2 labels (0: all), got {size}")
-    if 0 < size < len(names):
+    if size >= len(names):
+        raise SimulationError(f"a label subset of {size} is not smaller than the {len(names)} labels (0: all)")
+    if size:
         chosen = np.random.default_rng(POOL_SAMPLE_SEED).choice(len(names), size=size, replace=False)
         return tuple(names[int(i)] for i in sorted(chosen))
     return names

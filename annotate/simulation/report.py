@@ -552,7 +552,7 @@ def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
         scope, _, commit = entry.partition("@")
         data, _, strategy = scope.rpartition("/")
         if (
-            (not data or record.get("data") == data)
+            (not data or data_key(str(record.get("data", ""))) == data_key(data))
             and record.get("strategy") == strategy
             and str(record.get("commit", "")).startswith(commit)
         ):

@@ -15,7 +15,7 @@ from annotate.loopconfig import loop_config
 from annotate.models import AdapterVersion, Project, Round
 from annotate.services.evaluation import _adapters
 from annotate.services.projects import LabelInput, project_create
-from training.lora import ADAPTER_CONFIG, WIDE_LABELS
+from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
 pytestmark = pytest.mark.django_db
 
@@ -37,26 +37,58 @@ def test_the_adapted_layers_follow_the_label_count(settings: Any) -> None:
 
 
 def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tmp_path: Path) -> None:
-    """The ML page's "Adapters" line reads the adapters' own config: a warm start keeps the shape of
-    its first round, so the option alone could say 16 where 8 were trained."""
+    """The ML page's "Adapters" line reads the adapters' own files: a warm start keeps the shape of
+    the project's first adapters, so the options alone could say 16 where 8 were trained."""
     settings.LOOP_OPTIONS = {"profile": "gpu"}
     many = _project("many", WIDE_LABELS + 1)
     row = Round.objects.create(project=many, number=1)
 
-    def adapter(k: int, layers: list[int]) -> None:
-        folder = tmp_path / f"a{layers[0]}-{k}"
+    def adapter(k: int, layers: list[int] | None) -> None:
+        folder = tmp_path / f"adapter-{len(list(tmp_path.iterdir()))}"
         folder.mkdir()
-        (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": layers}))
+        if layers is not None:
+            (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": layers}))
+            (folder / TRAINING_INFO).write_text(json.dumps({"steps": 48}))
         AdapterVersion.objects.update_or_create(
             round=row, arm="prod", k=k, defaults={"project": many, "path": str(folder), "content_hash": f"h{k}"}
         )
 
+    def summary() -> tuple[Any, ...]:
+        info = _adapters(row)
+        return info["k"], info["rank"], info["layers"], info["steps"], info["wide"], info["unreadable"]
+
     for k in range(2):
         adapter(k, list(range(14, 30)))
-    info = _adapters(row, labels_used=500)
-    assert info | {"wide_labels": 0} == {
-        "k": 2, "rank": 8, "layers": 16, "steps": 48, "batch_size": 32, "wide": True, "wide_labels": 0
-    }  # fmt: skip
-    for k in range(2):  # warm-started from 8-layer adapters: 8 layers, and no "wide" reason
+    assert summary() == (2, 8, [16], 48, True, 0)
+    for k in range(2):  # warm-started from 8-layer adapters: 8 layers, and no "more labels" reason
         adapter(k, list(range(22, 30)))
-    assert (_adapters(row, labels_used=500)["layers"], _adapters(row, labels_used=500)["wide"]) == (8, False)
+    assert summary() == (2, 8, [8], 48, False, 0)
+    adapter(1, None)  # one member's files are gone: said, not guessed
+    assert summary() == (2, 8, [8], 48, False, 1)
+    settings.LOOP_OPTIONS = {"profile": "gpu", "train": {"top_layers": 16}}  # 16 by option: no label reason
+    for k in range(2):
+        adapter(k, list(range(14, 30)))
+    assert summary()[4] is False
+
+
+def test_a_round_trains_every_arm_on_its_lineages_layer_count(settings: Any, tmp_path: Path) -> None:
+    """The prod members warm-start (and so keep the first adapters' shape); the from-scratch member
+    and the comparison arms of the same round get that shape too, so their comparisons stay like for
+    like after a deployment changes the layer count a project's labels resolve to."""
+    from annotate.services.training import _lineage_config
+
+    settings.LOOP_OPTIONS = {"profile": "gpu"}
+    many = _project("many", WIDE_LABELS + 1)
+    first = Round.objects.create(project=many, number=1, status=Round.Status.DONE)
+    second = Round.objects.create(project=many, number=2)
+    config = loop_config(many)
+    assert config.train.top_layers == 16
+    assert _lineage_config(first, config) is config  # no earlier adapters: the options decide
+    folder = tmp_path / "first-prod-0"
+    folder.mkdir()
+    (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": list(range(22, 30))}))
+    AdapterVersion.objects.create(project=many, round=first, arm="prod", k=0, path=str(folder), content_hash="h")
+    resolved = _lineage_config(second, config)
+    assert resolved.train.top_layers == 8 and resolved.train.lr == config.train.lr  # only the layer count
+    (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": list(range(14, 30))}))
+    assert _lineage_config(second, config) is config  # the same count: nothing to change

@@ -96,12 +96,21 @@ def test_cost_and_metrics_in_words_and_units() -> None:
 def test_the_adapters_line_says_what_was_trained_and_why_more_layers() -> None:
     metrics: dict = {"accuracy": 0.7, "labels": 40, "test_n": 100}
     assert "Adapters" not in dict(metric_lines(metrics))  # a round from before the line existed
-    metrics["adapters"] = {"k": 2, "rank": 8, "layers": 8, "steps": 48, "batch_size": 32, "wide": False}
-    assert dict(metric_lines(metrics))["Adapters"] == "2 LoRA adapters rank 8 in the top 8 layers, 48 steps of 32 each"
-    metrics["adapters"] |= {"layers": 16, "wide": True, "wide_labels": 50}
+    eight = {"k": 2, "rank": 8, "layers": [8], "model_layers": 30, "steps": 48, "batch_size": 32, "wide": False}
+    metrics["adapters"] = eight
     assert dict(metric_lines(metrics))["Adapters"] == (
-        "2 LoRA adapters rank 8 in the top 16 layers (more layers: the project has more than 50 labels),"
-        " 48 steps of 32 each"
+        "2 LoRA adapters (rank 8) on the top 8 of 30 layers; each trained 48 steps of 32 labels"
     )
-    metrics["adapters"] = {"k": 3, "rank": 8, "layers": 0, "steps": 12, "batch_size": 4, "wide": False}
-    assert dict(metric_lines(metrics))["Adapters"] == "3 LoRA adapters rank 8 in every layer, 12 steps of 4 each"
+    metrics["adapters"] = eight | {"layers": [16], "wide": True, "wide_labels": 50}
+    assert dict(metric_lines(metrics))["Adapters"] == (
+        "2 LoRA adapters (rank 8) on the top 16 of 30 layers (more layers: the project has more than 50 labels);"
+        " each trained 48 steps of 32 labels"
+    )
+    metrics["adapters"] = eight | {"layers": [8, 16]}  # K raised later: the new member got another shape
+    assert "on the top 8 / 16 of 30 layers (members differ)" in dict(metric_lines(metrics))["Adapters"]
+    metrics["adapters"] = {"k": 1, "rank": 8, "layers": [0], "steps": 12, "batch_size": 4, "wide": False}
+    assert dict(metric_lines(metrics))["Adapters"] == (
+        "1 LoRA adapter (rank 8) on every layer; each trained 12 steps of 4 labels"
+    )
+    metrics["adapters"] = {"k": 2, "layers": [], "unreadable": 2, "steps": None}
+    assert dict(metric_lines(metrics))["Adapters"] == "2 LoRA adapters on layers not recorded"

@@ -159,3 +159,4 @@ def test_drop_entries_name_a_strategy_at_a_commit_everywhere_or_in_one_set() -> 
     assert not _dropped(record("trec", "active", "e6a244b"), one_set)  # another set
     assert not _dropped(record("clinc150", "random", "e6a244b"), one_set)  # another strategy
     assert not _dropped(record("clinc150", "active", "4259b47"), one_set)  # another commit
+    assert _dropped(record("clinc150", "active", "e6a244b"), ["CLINC150/active@e6a2"])  # the report's own spelling

@@ -71,8 +71,9 @@ def test_a_label_subset_keeps_only_its_labels_rows_with_their_ids_and_its_own_fi
     assert {label for _, label in read_rows(part.train_csv)} == set(part.label_names)
     assert len(read_rows(part.train_csv)) == 30 and full.train_csv == tmp_path / "d" / "train.csv"
     assert full.n_pool == 60 and len(full.label_names) == 6
-    # A subset as large as the label set is the whole set, same files.
-    assert prepare_data(data_dir=tmp_path / "d", work_dir=tmp_path / "w", label_subset=6).pool_csv == full.pool_csv
+    # A subset as large as the label set is refused (it would be the whole set under another name).
+    with pytest.raises(SimulationError, match="not smaller than the 6 labels"):
+        prepare_data(data_dir=tmp_path / "d", work_dir=tmp_path / "w", label_subset=6)
 
 
 @pytest.mark.parametrize("size", [1, -2])

@@ -4,6 +4,7 @@ capped by max_steps."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -57,12 +58,17 @@ def test_wide_layers_replace_a_smaller_top_layer_count_above_the_label_threshold
 
     config = TrainConfig(top_layers=top, wide_top_layers=wide)
     resolved = config.for_labels(n_labels)
-    # Only the layer count may change, and only upward from a partial stack (0 = every layer already).
-    assert resolved.wide_top_layers == wide and resolved.lr == config.lr
-    if n_labels > WIDE_LABELS and 0 < top < wide:
-        assert resolved.top_layers == wide
-    else:
-        assert resolved is config
+    # Only the layer count may change (every other field equal), never downward, never from 0 (every
+    # layer is already the most), and never at or under the threshold.
+    assert replace(resolved, top_layers=top) == config
+    assert resolved.top_layers >= top
+    if top == 0 or n_labels <= WIDE_LABELS:
+        assert resolved.top_layers == top
+    # Concrete cases (the boundary): 50 labels keep 8, 51 take 16; a wider stack or 0 is kept.
+    assert TrainConfig(top_layers=8, wide_top_layers=16).for_labels(WIDE_LABELS).top_layers == 8
+    assert TrainConfig(top_layers=8, wide_top_layers=16).for_labels(WIDE_LABELS + 1).top_layers == 16
+    assert TrainConfig(top_layers=20, wide_top_layers=16).for_labels(151).top_layers == 20
+    assert TrainConfig(top_layers=0, wide_top_layers=16).for_labels(151).top_layers == 0
 
 
 def test_a_negative_wide_layer_count_is_refused() -> None:
