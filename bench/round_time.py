@@ -18,10 +18,11 @@ Each configuration runs in its own subprocess (so peak GPU memory is that config
 ``--workers W`` (W >= 2) runs the round as W GPU workers would (the product's per-member training
 tasks and per-shard scoring tasks, ``annotate.gpu.*``, spread over W gpu-worker processes on the same
 GPU): W warm worker processes, started and loaded before the round like long-lived Celery workers;
-member k trains in worker k mod W, the candidates and the test set are scored in W contiguous shards,
-shard i always in worker i (each worker keeps its test shard's trunk outputs, as a sequential engine
-keeps the whole test set's). The adapters are the same as the sequential run's (member k, seed k, the
-same labels), so the test accuracy is a check. GPU memory is per process (the largest worker).
+member k trains in worker k mod W, the candidates are scored in W contiguous shards, shard i always
+in worker i, and the test set is evaluated in worker 0, one task, as the app's evaluation step is
+(``--shard-eval``: in W shards too, each worker keeping its shard's trunk outputs — how session 8's
+6.56 s was measured). The adapters are the same as the sequential run's (member k, seed k, the same
+labels), so the test accuracy is a check. GPU memory is per process (the largest worker).
 
 Prints one table; OUT/round-time.json holds the raw numbers, the options and the git commit.
 """
@@ -74,6 +75,7 @@ CONFIGS.update(
     top4=_top(4, 32, 60, packed=False),
     top8=_top(8, 32, 60, packed=False),
     top8p=_top(8, 32, 60, packed=True),
+    top16p=_top(16, 32, 60, packed=True),  # what a project of more than 50 labels adapts (wide_top_layers)
     top8b64=_top(8, 64, 24, packed=False),
     top12b64=_top(12, 64, 24, packed=False),
 )
@@ -241,6 +243,7 @@ def _row(
         "config": name,
         "options": CONFIGS[name],
         "workers": args.workers,
+        "eval": "sharded" if args.workers > 1 and getattr(args, "shard_eval", False) else "one task",
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "prefix_tokens": len(renderer.prefix_ids),
         "mean_prompt_tokens": round(float(tokens) / max(1, n_candidates), 1),
@@ -396,14 +399,18 @@ def _one_config_workers(name: str, args: argparse.Namespace) -> dict[str, Any]:
         # fixed test set (each worker keeps its own test shard's trunk outputs).
         paths = pool.run(train_jobs(labeled[: args.labels - args.batch], "previous", None))
         previous = [_ref("previous", k, path) for k, path in enumerate(paths)]
-        pool.run(score_jobs(test, previous))
+
+        def eval_jobs(refs: list[Any]) -> list[tuple[int, str, Any]]:
+            return score_jobs(test, refs) if args.shard_eval else [(0, "score", ([t for t, _ in test], refs))]
+
+        pool.run(eval_jobs(previous))
         pool.run([(w, "reset", None) for w in range(n)])
         started = time.perf_counter()
         p, tokens = timed("score", lambda: scored(pool.run(score_jobs(candidates, previous))))
         timed("select", lambda: _select(p, labeled, index, rng, args))
         paths = timed("train", lambda: pool.run(train_jobs(labeled, "round", [r.path for r in previous])))
         refs = [_ref("round", k, path) for k, path in enumerate(paths)]
-        evaluated, _ = timed("evaluate", lambda: scored(pool.run(score_jobs(test, refs))))
+        evaluated, _ = timed("evaluate", lambda: scored(pool.run(eval_jobs(refs))))
         total = time.perf_counter() - started
         memory = pool.run([(w, "memory", None) for w in range(n)])
     finally:
@@ -438,7 +445,12 @@ def commit() -> str:
 
 
 def _workers_tag(row: dict[str, Any]) -> str:
-    return f", {row['workers']} workers" if row.get("workers", 1) > 1 else ""
+    """ ", 2 workers" (evaluation one task, as in the app) or ", 2 workers, evaluation sharded" (rows
+    from before the "eval" field were all sharded)."""
+    if row.get("workers", 1) <= 1:
+        return ""
+    sharded = row.get("eval", "sharded") == "sharded"
+    return f", {row['workers']} workers" + (", evaluation sharded" if sharded else "")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -470,6 +482,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="gpu worker processes the round runs on (see above)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a configuration may take")
+    parser.add_argument("--shard-eval", action="store_true", help="with --workers: evaluate in W shards too")
     parser.add_argument("--prefix-tokens", type=int, default=900)
     parser.add_argument("--configs", default="before,after")
     parser.add_argument("--out", default="var/round-time")
