@@ -160,7 +160,7 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from scoring.engines import AdapterRef
     from scoring.engines.hf import HFEngine
-    from training.lora import TrainConfig, train_adapter
+    from training.lora import TrainConfig
 
     if args.workers > 1:
         return _one_config_workers(name, args)
@@ -185,18 +185,19 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
     def train_all(texts: list[tuple[str, str]], tag: str, warm: list[str] | None) -> list[AdapterRef]:
         refs: list[AdapterRef] = []
         for k in range(args.k):
-            trained = train_adapter(
-                model_dir=args.model,
-                renderer=renderer,
-                texts=[t for t, _ in texts],
-                label_indices=[index[y] for _, y in texts],
-                out_dir=out / f"{tag}-{k}",
-                config=replace(train_cfg, seed=k),
-                warm_from=None if warm is None else warm[k],
+            path = _train_member(
+                args.model,
+                renderer,
+                train_cfg,
+                (
+                    [t for t, _ in texts],
+                    [index[y] for _, y in texts],
+                    str(out / f"{tag}-{k}"),
+                    k,
+                    None if warm is None else warm[k],
+                ),
             )
-            if trained.reused:  # a finished adapter from an earlier run: no training was timed
-                raise RuntimeError(f"{out / f'{tag}-{k}'} was already trained: pass an empty --work")
-            refs.append(_ref(tag, k, str(trained.path)))
+            refs.append(_ref(tag, k, path))
         return refs
 
     # The previous round's adapters (untimed): trained on the labels minus this round's batch.
@@ -256,6 +257,26 @@ def _row(
     }
 
 
+def _train_member(model: str, renderer: Any, train_cfg: Any, job: tuple[Any, ...]) -> str:
+    """Member k of ``job`` = (texts, label indices, out dir, k, warm-start path or None), seed k; its
+    path. A finished adapter already there is an error: nothing would be timed."""
+    from training.lora import train_adapter
+
+    texts, labels, out_dir, k, warm = job
+    trained = train_adapter(
+        model_dir=model,
+        renderer=renderer,
+        texts=texts,
+        label_indices=labels,
+        out_dir=out_dir,
+        config=replace(train_cfg, seed=k),
+        warm_from=warm,
+    )
+    if trained.reused:
+        raise RuntimeError(f"{out_dir} was already trained: pass an empty --work")
+    return str(trained.path)
+
+
 def _serve(conn: Any, name: str, options: dict[str, Any]) -> None:
     """A warm gpu worker: one engine and the trainer, serving ("train" | "score" | "reset" | "memory",
     payload) messages until None, one at a time, as a Celery gpu-worker with concurrency 1 does."""
@@ -264,7 +285,7 @@ def _serve(conn: Any, name: str, options: dict[str, Any]) -> None:
     import torch
 
     from scoring.engines.hf import HFEngine
-    from training.lora import TrainConfig, train_adapter
+    from training.lora import TrainConfig
 
     args = argparse.Namespace(**options)
     # The cores split between the workers, as separate worker processes on one machine would be
@@ -280,19 +301,7 @@ def _serve(conn: Any, name: str, options: dict[str, Any]) -> None:
         try:
             result: Any = None
             if op == "train":
-                texts, labels, out_dir, k, warm = payload
-                trained = train_adapter(
-                    model_dir=args.model,
-                    renderer=renderer,
-                    texts=texts,
-                    label_indices=labels,
-                    out_dir=out_dir,
-                    config=replace(train_cfg, seed=k),
-                    warm_from=warm,
-                )
-                if trained.reused:  # a finished adapter from an earlier run: no training was timed
-                    raise RuntimeError(f"{out_dir} was already trained: pass an empty --work")
-                result = str(trained.path)
+                result = _train_member(args.model, renderer, train_cfg, payload)
             elif op == "score":
                 scored = engine.score(renderer, payload[0], payload[1])
                 result = (scored.p, int(scored.tokens))

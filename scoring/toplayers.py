@@ -33,10 +33,14 @@ if TYPE_CHECKING:
 KVs = dict[int, tuple[Any, Any]]  # layer index -> (keys, values), each [rows, kv_heads, tokens, head_dim]
 
 
+def adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
+    """A saved PEFT adapter's adapter_config.json."""
+    return dict(json.loads((Path(adapter_dir) / "adapter_config.json").read_text()))
+
+
 def adapter_start_layer(adapter_dir: str | Path) -> int:
     """The lowest decoder layer a saved PEFT adapter adapts (0 when it adapts every layer)."""
-    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-    layers = config.get("layers_to_transform")
+    layers = adapter_config(adapter_dir).get("layers_to_transform")
     if layers is None:
         return 0
     if isinstance(layers, int):
@@ -44,9 +48,9 @@ def adapter_start_layer(adapter_dir: str | Path) -> int:
     return min(int(i) for i in layers) if layers else 0
 
 
-def adapted_layers(adapter_dir: str | Path) -> int:
-    """How many decoder layers a saved PEFT adapter adapts (0 when it adapts every layer)."""
-    layers = json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("layers_to_transform")
+def adapted_layers(config: dict[str, Any]) -> int:
+    """How many decoder layers an adapter of this adapter_config.json adapts (0 when every layer)."""
+    layers = config.get("layers_to_transform")
     if layers is None:
         return 0
     return 1 if isinstance(layers, int) else len({int(i) for i in layers})

@@ -31,7 +31,7 @@ from annotate.services.projects import stop_set_draw
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
-from scoring.toplayers import adapted_layers
+from scoring.toplayers import adapted_layers, adapter_config
 from training import blend, curves, ensemble
 from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
@@ -273,11 +273,11 @@ def _adapters(row: Round) -> dict[str, Any]:
 def _adapter_files(path: Path) -> dict[str, Any]:
     """An adapter's LoRA rank and adapted layers (adapter_config.json) and its steps (training.json);
     None where a file is missing."""
-    config = path / ADAPTER_CONFIG
+    config = adapter_config(path) if (path / ADAPTER_CONFIG).is_file() else None
     info = json.loads((path / TRAINING_INFO).read_text()) if (path / TRAINING_INFO).is_file() else {}
     return {
-        "rank": json.loads(config.read_text()).get("r") if config.is_file() else None,
-        "layers": adapted_layers(path) if config.is_file() else None,
+        "rank": config.get("r") if config is not None else None,
+        "layers": adapted_layers(config) if config is not None else None,
         "steps": info.get("steps"),
     }
 

@@ -39,9 +39,10 @@ from annotate.services.round_state import (
 )
 from scoring import pipeline
 from scoring.device import device_kind
-from scoring.toplayers import adapted_layers
+from scoring.toplayers import adapted_layers, adapter_config
 from training import ensemble
 from training.ensemble import LoopConfig
+from training.lora import ADAPTER_CONFIG
 
 
 def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig) -> Plan:
@@ -142,10 +143,9 @@ def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:
     (before a deployment widened its label count's default, say) trains its from-scratch member and
     its comparison arms on 8 too, and "scratch vs warm" and "active vs random" stay like for like."""
     previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
-    config_file = Path(previous[0].path) / "adapter_config.json" if previous else None
-    if config_file is None or not config_file.is_file():
+    if not previous or not (Path(previous[0].path) / ADAPTER_CONFIG).is_file():
         return config
-    layers = adapted_layers(config_file.parent)
+    layers = adapted_layers(adapter_config(previous[0].path))
     if layers == config.train.top_layers:
         return config
     return replace(config, train=replace(config.train, top_layers=layers))

@@ -139,15 +139,13 @@ def _sample_rows(n: int, size: int) -> list[int]:
 
 
 def _label_subset(names: tuple[str, ...], size: int) -> tuple[str, ...]:
-    """Every label, or a fixed random subset of ``size`` (the same for every strategy, seed and run)."""
+    """Every label (size 0), or a fixed random subset of ``size`` (the same for every strategy, seed and
+    run: drawn as the row samples are)."""
     if size < 0 or size == 1:
         raise SimulationError(f"a label subset needs at least 2 labels (0: all), got {size}")
     if size >= len(names):
         raise SimulationError(f"a label subset of {size} is not smaller than the {len(names)} labels (0: all)")
-    if size:
-        chosen = np.random.default_rng(POOL_SAMPLE_SEED).choice(len(names), size=size, replace=False)
-        return tuple(names[int(i)] for i in sorted(chosen))
-    return names
+    return tuple(names[i] for i in _sample_rows(len(names), size))
 
 
 def prepare_data(
