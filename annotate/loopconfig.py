@@ -68,7 +68,7 @@ class LoopOptions:
     profile: str  # "cpu" or "gpu" (default: the device this process sees)
     max_context: int  # prompt tokens: the prefix plus the longest item must fit
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
-    cold_mode: str  # cold-start rounds: "random" or "diversity"
+    cold_mode: str  # cold-start rounds of every strategy but random: "random", "diversity" or "typical"
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
     # Items of the fixed stop set each evaluation predicts (κ between rounds: the stopping criterion);
     # 0 turns it off. 500 (the default): near κ = 0.99 with 6 balanced classes the 95 % sampling error
@@ -85,6 +85,7 @@ class LoopOptions:
 KNOWN_OPTIONS = {f.name for f in fields(LoopOptions)}
 DEFAULT_STOP_SET_SIZE = 500
 BLEND_MODES = ("auto", "off")
+DEFAULT_COLD_MODE = "random"
 
 
 def _non_negative(raw: Mapping[str, Any], key: str, default: int) -> int:
@@ -110,13 +111,22 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         profile=profile,
         max_context=int(raw.get("max_context", base["max_context"])),
         n_shards=int(raw.get("n_shards", 0)),
-        cold_mode=str(raw.get("cold_mode", "random")),
+        cold_mode=_cold_mode(raw),
         arms=bool(raw.get("arms", True)),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
         blend=_blend_mode(raw),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
         engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
     )
+
+
+def _cold_mode(raw: Mapping[str, Any]) -> str:
+    from scoring.selection import COLD_MODES
+
+    value = str(raw.get("cold_mode", DEFAULT_COLD_MODE))
+    if value not in COLD_MODES:
+        raise ValueError(f"loop option cold_mode must be one of {list(COLD_MODES)}, got {value!r}")
+    return value
 
 
 def _blend_mode(raw: Mapping[str, Any]) -> str:

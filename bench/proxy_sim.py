@@ -45,6 +45,12 @@ def main() -> int:
     ap.add_argument("--labels", type=int, default=1000)
     ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cold-mode", default="random", help="seed set of all but random: random|diversity|typical")
+    ap.add_argument("--seed-labels", type=int, default=0, help="seed set size (0: max(2 × classes, 20))")
+    ap.add_argument("--batch", type=int, default=0, help="B (0: 25, or 100 with more than 50 classes)")
+    ap.add_argument(
+        "--holdout", type=float, default=0.0, help="evaluate on this share of train.csv (≤ 2,000 rows), not test.csv"
+    )
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     unknown = set(strategies) - set(STRATEGIES)
@@ -56,7 +62,14 @@ def main() -> int:
     from scoring.embeddings import EmbeddingCache
 
     cache = EmbeddingCache(args.cache, encoder_path(os.environ.get("ENCODER_DIR") or None))
-    spec = ProxySpec(max_labels=args.labels, commit=_commit(), options={"command": " ".join(sys.argv)})
+    spec = ProxySpec(
+        max_labels=args.labels,
+        batch=args.batch,
+        seed_labels=args.seed_labels,
+        cold_mode=args.cold_mode,
+        commit=_commit(),
+        options={"command": " ".join(sys.argv), "cold_mode": args.cold_mode, "holdout": args.holdout},
+    )
     for name in args.sets.split(","):
         t0 = time.perf_counter()
         data = load_data(
@@ -64,6 +77,7 @@ def main() -> int:
             args.data_dir / name,
             lambda texts: cache.embed(texts, [text_hash(t) for t in texts]),
             pool_sample=POOL_SAMPLE.get(name, 0),
+            holdout=args.holdout,
         )
         print(
             f"{name}: pool {len(data.pool_y)}, test {len(data.test_y)}, {data.n_classes} classes, "

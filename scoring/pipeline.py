@@ -235,19 +235,23 @@ def select(
     labeled_emb: np.ndarray | None = None,
     committee_p: np.ndarray | None = None,
     shares: dict[str, float] | None = None,
+    cold_mode: str | None = None,
 ) -> Selection:
-    """The batch: cold start (random, or k-center over embeddings) or the round's ``strategy``
+    """The batch: cold start (``cold_mode``, default ``config.cold_mode``: random, k-center or
+    typical items over embeddings) or the round's ``strategy``
     (scoring.selection.select_strategy). Strategies outside NEEDS_EMBEDDINGS (a random cold start
     too) need no embeddings: round 1 runs in seconds."""
-    from scoring.selection import NEEDS_EMBEDDINGS, select_strategy
+    from scoring.selection import NEEDS_EMBEDDINGS, select_cold_start, select_strategy
 
-    if cold:
-        strategy = "random" if config.cold_mode == "random" else "kcenter-only"
+    mode = (cold_mode or config.cold_mode) if cold else None
+    needs = mode != "random" if cold else strategy in NEEDS_EMBEDDINGS
     if emb is None or labeled_emb is None:
-        if strategy in NEEDS_EMBEDDINGS:
-            raise ValueError(f"strategy {strategy!r} needs embeddings")
+        if needs:
+            raise ValueError(f"{'a ' + str(mode) + ' cold start' if cold else repr(strategy)} needs embeddings")
         emb, labeled_emb = np.ones((n_eligible, 1), np.float32), np.zeros((0, 1), np.float32)
     b = min(config.batch_size, n_eligible)
+    if cold:
+        return select_cold_start(emb, labeled_emb, b=b, rng=rng, mode=mode)  # type: ignore[arg-type]
     m = max(b, int(round(config.oversample * b)))
     return select_strategy(
         strategy,  # type: ignore[arg-type]  # checked by select_strategy

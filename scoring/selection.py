@@ -180,12 +180,13 @@ def select_cold_start(
     *,
     b: int,
     rng: RngLike,
-    mode: Literal["random", "diversity"] = "random",
+    mode: Literal["random", "diversity", "typical"] = "random",
     device: str | None = None,
 ) -> Selection:
-    """The first batch(es), before any adapter can score: ``random`` (uniform, all flagged random)
-    or ``diversity`` (k-center over the whole eligible pool seeded with whatever is labeled; with
-    nothing labeled the first pick is random). The round code decides when to use it."""
+    """The first batch(es), before any adapter can score: ``random`` (uniform, all flagged random),
+    ``diversity`` (k-center over the whole eligible pool seeded with whatever is labeled; with
+    nothing labeled the first pick is random) or ``typical`` (select_typical). The round code
+    decides when to use it."""
     x = _as_matrix(emb, "emb")
     seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
     _check_b(b, len(x))
@@ -195,7 +196,107 @@ def select_cold_start(
     if mode == "diversity":
         first = int(gen.integers(len(x)))
         return _selection(np.empty(0, np.int64), kcenter_greedy(x, seeds, b, device=device, first=first))
+    if mode == "typical":
+        return select_typical(x, seeds, b=b, rng=gen)
     raise SelectionInputError(f"unknown cold-start mode {mode!r}")
+
+
+# TypiClust (Hacohen et al., 2022): the cold batch's clustering runs on at most this many eligible rows
+# (a seeded sample; a 2-million-row pool would otherwise make round 1 the slowest), and an item's
+# typicality is measured over its TYPICAL_NEIGHBOURS nearest cluster mates (the paper's 20).
+TYPICAL_MAX_POINTS = 20000
+TYPICAL_NEIGHBOURS = 20
+# Lloyd iterations of the spherical k-means: the assignment rarely moves after ~20 on MiniLM vectors,
+# and an unconverged partition only changes which typical item a cluster offers, not its validity.
+KMEANS_ITERATIONS = 30
+
+
+def select_typical(emb: np.ndarray, labeled_emb: np.ndarray, *, b: int, rng: RngLike) -> Selection:
+    """The cold batch by typicality (TypiClust): k-means with (labeled + b) clusters over the eligible
+    rows and the labeled ones; the clusters holding the fewest labeled items (then the largest) each
+    give their most typical item — the one nearest its cluster mates (1 / mean cosine distance to its
+    TYPICAL_NEIGHBOURS nearest). A random seed set spends its few labels on the pool's outskirts
+    and duplicates of dense regions alike; farthest-first (``diversity``) favours outliers; the
+    typical item of every region is what a model with almost no labels learns most from. All picks are
+    flagged non-random. Deterministic for a given seed."""
+    x = _unit_np(_as_matrix(emb, "emb"))
+    seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
+    _check_b(b, len(x))
+    gen = np.random.default_rng(rng)
+    rows = np.arange(len(x), dtype=np.int64)
+    if len(x) > TYPICAL_MAX_POINTS:
+        rows = np.sort(gen.choice(len(x), size=TYPICAL_MAX_POINTS, replace=False))
+    points = np.concatenate([x[rows], _unit_np(seeds)]) if len(seeds) else x[rows]
+    k = min(len(seeds) + b, len(points))
+    assign = spherical_kmeans(points, k, gen)
+    pool_assign, labeled_assign = assign[: len(rows)], assign[len(rows) :]
+    covered = np.bincount(labeled_assign, minlength=k)
+    size = np.bincount(pool_assign, minlength=k)
+    members = [np.flatnonzero(pool_assign == c) for c in range(k)]
+    ranked = [m[np.argsort(-_typicality(x[rows[m]]), kind="stable")] for m in members]
+    taken = np.zeros(k, dtype=np.int64)  # picks so far per cluster
+    picks: list[int] = []
+    while len(picks) < b:
+        open_ = np.flatnonzero(taken < size)
+        c = open_[np.lexsort((-size[open_], covered[open_] + taken[open_]))[0]]
+        picks.append(int(rows[ranked[c][taken[c]]]))
+        taken[c] += 1
+    return _selection(np.empty(0, np.int64), np.asarray(picks, dtype=np.int64))
+
+
+def spherical_kmeans(x: np.ndarray, k: int, rng: RngLike, *, iterations: int = KMEANS_ITERATIONS) -> np.ndarray:
+    """Cluster of each unit row [N] under cosine k-means (greedy k-means++ seeding, Lloyd steps on the
+    unit sphere). An empty cluster takes the row farthest from its centre, so all ``k`` stay in use."""
+    x = np.asarray(x, dtype=np.float32)
+    if not 1 <= k <= len(x):
+        raise SelectionInputError(f"k must be within [1, {len(x)}], got {k}")
+    gen = np.random.default_rng(rng)
+    centres = np.empty((k, x.shape[1]), dtype=np.float32)
+    centres[0] = x[gen.integers(len(x))]
+    nearest = np.maximum(1.0 - x @ centres[0], 0.0)  # ∝ squared euclidean distance on the sphere
+    trials = 2 + int(np.log(k))  # greedy k-means++ (scikit-learn's): the best of a few draws
+    for j in range(1, k):
+        total = float(nearest.sum(dtype=np.float64))
+        if total <= 0:  # every row sits on a centre already
+            centres[j] = x[gen.integers(len(x))]
+            continue
+        tried = gen.choice(len(x), size=trials, p=nearest.astype(np.float64) / total)
+        options = np.minimum(nearest[None, :], np.maximum(1.0 - x[tried] @ x.T, 0.0))
+        best = int(np.argmin(options.sum(axis=1, dtype=np.float64)))
+        centres[j], nearest = x[tried[best]], options[best]
+    assign = np.zeros(len(x), dtype=np.int64)
+    for step in range(iterations):
+        sims = x @ centres.T
+        new = sims.argmax(axis=1)
+        counts = np.bincount(new, minlength=k)
+        for c in np.flatnonzero(counts == 0):  # refill an empty cluster with the worst-fitting row
+            worst = int(np.argmin(sims[np.arange(len(x)), new]))
+            new[worst] = c
+            sims[worst, :] = -np.inf
+            sims[worst, c] = 1.0
+        if step > 0 and np.array_equal(new, assign):
+            break
+        assign = new
+        sums = np.zeros_like(centres)
+        np.add.at(sums, assign, x)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        centres = np.where(norms > 1e-12, sums / np.maximum(norms, 1e-12), centres).astype(np.float32)
+    return assign
+
+
+def _typicality(x: np.ndarray, tile: int = 2048) -> np.ndarray:
+    """1 / mean cosine distance to each row's nearest TYPICAL_NEIGHBOURS other rows (a lone row: 0),
+    ``tile`` rows at a time so a large cluster never holds its whole distance matrix."""
+    if len(x) < 2:
+        return np.zeros(len(x))
+    n = min(TYPICAL_NEIGHBOURS, len(x) - 1)
+    out = np.empty(len(x))
+    for start in range(0, len(x), tile):
+        dist = np.maximum(1.0 - x[start : start + tile] @ x.T, 0.0)
+        dist[np.arange(len(dist)), start + np.arange(len(dist))] = np.inf  # not its own neighbour
+        near = np.partition(dist, n - 1, axis=1)[:, :n]
+        out[start : start + len(dist)] = 1.0 / (near.mean(axis=1, dtype=np.float64) + 1e-9)
+    return out
 
 
 def soft_rank_sample(score: np.ndarray, k: int, rng: RngLike, *, beta: float = 1.0) -> np.ndarray:
@@ -494,7 +595,8 @@ def _farthest_first(cand: torch.Tensor, nearest: torch.Tensor, k: int) -> torch.
     return picks
 
 
-ColdMode = Literal["random", "diversity"]
+ColdMode = Literal["random", "diversity", "typical"]
+COLD_MODES = ("random", "diversity", "typical")
 
 
 @dataclass(frozen=True)

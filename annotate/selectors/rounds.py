@@ -142,13 +142,28 @@ def _portfolio_arms(selection: dict[str, object], in_charge: str) -> list[Strate
     return arms
 
 
+# Why a cold-start round picked what it did, by its recorded mode (annotate.services.planning.cold_mode).
+COLD_REASONS = {
+    "typical": "no adapter yet, so the most typical item of each region of the pool (k-means over the "
+    "text embeddings) rather than a uniform draw",
+    "random": "no adapter yet, so a uniform draw (a project run as random always starts that way)",
+    "diversity": "no adapter yet, so items far from each other and from the labels (farthest-first over the "
+    "text embeddings)",
+}
+
+
+def _cold_reason(metrics: object) -> str:
+    mode = metrics.get("cold_mode") if isinstance(metrics, dict) else None
+    return COLD_REASONS.get(str(mode), "no adapter yet: nothing to rank by")
+
+
 def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
     """Which selection strategy is in charge and why: ``metrics["selection"]`` of the newest round
     that has it (written by the adaptive portfolio strategy: in_charge, shares, gains, reason), read
     defensively (a missing or malformed value shows as "—"); without one, the newest round's
     ``strategy``. A newer round that chose another strategy is named in ``note``. None before the
     first round."""
-    latest = Round.objects.filter(project=project).order_by("-number").values("number", "strategy").first()
+    latest = Round.objects.filter(project=project).order_by("-number").values("number", "strategy", "metrics").first()
     if latest is None:
         return None
     row = (
@@ -160,7 +175,11 @@ def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
     selection = row["selection"] if row else None
     if row is None or not isinstance(selection, dict):
         return SelectionInCharge(
-            round=latest["number"], in_charge=latest["strategy"] or "—", reason="", arms=[], from_selection=False
+            round=latest["number"],
+            in_charge=latest["strategy"] or "—",
+            reason=_cold_reason(latest["metrics"]) if latest["strategy"] == "cold-start" else "",
+            arms=[],
+            from_selection=False,
         )
     in_charge = str(selection.get("in_charge") or row["strategy"] or "—")
     note = ""

@@ -26,6 +26,13 @@ def is_cold(row: Round) -> bool:
     return not loop_sel.prod_adapters(project=row.project, before_number=row.number)
 
 
+def cold_mode(row: Round) -> str:
+    """How a cold round of ``row``'s requested strategy picks: a project run as ``random`` draws its
+    seed set uniformly too (it is the baseline every other strategy is measured against); every other
+    strategy uses the deployment's cold mode (loop option ``cold_mode``)."""
+    return "random" if row.strategy == "random" else loop_config(row.project).selection.cold_mode
+
+
 def round_plan(*, round_id: int) -> Round:
     """pending → selecting (cold start, or a strategy that reads no scores) or pending → scoring
     (candidates and shards planned). Held as the round's ``plan`` unit; a replay changes nothing."""
@@ -35,7 +42,8 @@ def round_plan(*, round_id: int) -> Round:
 def _plan(row: Round) -> None:
     cold = is_cold(row)
     if cold or row.strategy not in NEEDS_SCORES:
-        round_transition(row.id, S.PENDING, S.SELECTING, **({"strategy": "cold-start"} if cold else {}))
+        fields = {"strategy": "cold-start", "metrics": {**(row.metrics or {}), "cold_mode": cold_mode(row)}}
+        round_transition(row.id, S.PENDING, S.SELECTING, **(fields if cold else {}))
         return
     scoring_plan(round=row)
     round_transition(row.id, S.PENDING, S.SCORING)

@@ -157,7 +157,10 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         return []
     emb = labeled_emb = committee_p = None
     split = None
-    needs_embeddings = config.selection.cold_mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
+    # A cold round's mode was fixed when it was planned (planning.cold_mode); rows planned before
+    # that was recorded follow the deployment's option.
+    mode = str((round.metrics or {}).get("cold_mode", config.selection.cold_mode)) if cold else None
+    needs_embeddings = mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
     if needs_embeddings:
         labeled = loop_sel.labeled_items(project=round.project)
         emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
@@ -179,6 +182,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         labeled_emb=labeled_emb,
         committee_p=committee_p,
         shares=None if split is None else split.shares,
+        cold_mode=mode,
     )
     if split is not None:
         picks: dict[str, list[int]] = {}

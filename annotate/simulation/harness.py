@@ -11,9 +11,12 @@ The ``full-data`` job is the ceiling of the curves: K adapters trained once on t
 with the code the training service calls (training.ensemble.train_member), evaluated on the same test
 set with the code the evaluation service calls (training.ensemble.evaluate_adapters).
 
-Round 1 is the random seed set (``seed_labels`` items, the cold-start round; identical for every
-strategy of a seed, so the curves are paired); later rounds add ``batch`` items picked by the
-strategy. The test split (test.csv) is imported as test items whose gold labels are their final
+Round 1 is the seed set (``seed_labels`` items, the cold-start round): a uniform draw, identical for
+every strategy of a seed under the default ``cold_mode`` "random", and always for the random strategy
+(annotate.services.planning.cold_mode); with ``cold_mode`` "typical" or "diversity" in the loop options
+the other strategies pick their own seed set, so their curves differ from random's from round 1 on
+(still paired by seed: the same pool, test set and seed). Later rounds add ``batch`` items picked by
+the strategy. The test split (test.csv) is imported as test items whose gold labels are their final
 labels: never selected (eligible_pool excludes test items), never trained on (labeled_items too).
 """
 
@@ -347,6 +350,13 @@ def run_round(*, project: Project, strategy: str, annotator: Any) -> tuple[Round
     return row, seconds
 
 
+def _seed_set_mode(project_id: int) -> str:
+    """How the job's seed set was picked (round 1's recorded cold mode; "random" before it was recorded):
+    the report names a strategy whose seed set was not uniform apart from its random-start runs."""
+    first = Round.objects.filter(project_id=project_id, number=1).values_list("metrics", flat=True).first()
+    return str((first or {}).get("cold_mode", "random"))
+
+
 def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds: dict[str, float]) -> dict[str, Any]:
     metrics = row.metrics or {}
     batch = list(BatchItem.objects.filter(round=row).order_by("rank").values_list("item__external_id", "source"))
@@ -374,6 +384,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "review_bucket": metrics.get("review_bucket", 0),
         "sources": sources,
         "arms": metrics.get("arms"),
+        "cold_mode": _seed_set_mode(row.project_id),
         "selection": {k: v for k, v in (metrics.get("selection") or {}).items() if k != "picks"} or None,
         "stop_kappa": _stop_kappa(row),
         "config": resolved_config(loop_config(row.project)),

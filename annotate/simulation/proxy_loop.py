@@ -28,7 +28,7 @@ import numpy as np
 
 from scoring import portfolio
 from scoring.proxy import fit_proxy
-from scoring.selection import STRATEGIES, committee_uncertainty, select_strategy
+from scoring.selection import STRATEGIES, committee_uncertainty, select_cold_start, select_strategy
 
 RANDOM_SHARE = 0.15
 OVERSAMPLE = 4.0
@@ -52,6 +52,9 @@ class ProxySpec:
     batch: int = 0  # 0: 25, or 100 with more than 50 classes
     seed_labels: int = 0  # 0: max(2 × classes, 20)
     random_share: float = RANDOM_SHARE
+    # How the seed set of every strategy but random is drawn (scoring.selection.select_cold_start);
+    # random's is always uniform, the same draw as with "random" here.
+    cold_mode: str = "random"
     commit: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # recorded with every row
 
@@ -68,8 +71,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
     c, n = data.n_classes, len(data.pool_y)
     b = spec.b(c)
-    seed_rng = np.random.default_rng(seed)
-    labelled = [int(i) for i in seed_rng.choice(n, size=min(spec.s0(c), n), replace=False)]
+    labelled = seed_set(data, strategy, seed, spec)
     arm_of: dict[int, str] = {i: "seed" for i in labelled}
     gen = np.random.default_rng([seed, STRATEGIES.index(strategy)])
     out: list[dict[str, Any]] = []
@@ -87,6 +89,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             "labels": len(labelled),
             "accuracy": round(acc, 5),  # a fraction, as the harness records it
             "learner": "proxy",
+            "cold_mode": "random" if strategy == "random" else spec.cold_mode,
             "batch": len(batch),
             "batch_ids": [f"train-{int(data.pool_rows[i])}" for i in batch],
             "commit": spec.commit,
@@ -127,6 +130,17 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
     return out
 
 
+def seed_set(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[int]:
+    """Round 1's pool positions: uniform (random, or cold_mode "random": the same draw for every
+    strategy of a seed), else the production cold start of that mode."""
+    n, size = len(data.pool_y), min(spec.s0(data.n_classes), len(data.pool_y))
+    if strategy == "random" or spec.cold_mode == "random":
+        return [int(i) for i in np.random.default_rng(seed).choice(n, size=size, replace=False)]
+    empty = np.zeros((0, data.pool_x.shape[1]), np.float32)
+    sel = select_cold_start(data.pool_x, empty, b=size, rng=seed, mode=spec.cold_mode)  # type: ignore[arg-type]
+    return [int(i) for i in sel.indices]
+
+
 def portfolio_split(
     data: ProxyData, labelled: Sequence[int], arm_of: dict[int, str], gen: np.random.Generator
 ) -> portfolio.Split:
@@ -143,14 +157,26 @@ def _timed(record: dict[str, Any], started: float) -> None:
 
 
 def load_data(
-    name: str, data_dir: Path, embed: Callable[[list[str]], np.ndarray], *, pool_sample: int = 0
+    name: str,
+    data_dir: Path,
+    embed: Callable[[list[str]], np.ndarray],
+    *,
+    pool_sample: int = 0,
+    holdout: float = 0.0,
 ) -> ProxyData:
-    """train.csv → pool (optionally a fixed sample, like the harness's), test.csv → test, embedded."""
+    """train.csv → pool (optionally a fixed sample, like the harness's), test.csv → test, embedded.
+    ``holdout`` > 0: a fixed share of train.csv (at most 2,000 rows) is the evaluation set instead of
+    test.csv and leaves the pool — for choosing options without looking at the test split."""
     train, test = read_rows(data_dir / "train.csv"), read_rows(data_dir / "test.csv")
     keep = list(range(len(train)))
-    if 0 < pool_sample < len(train):  # the harness's sample (its POOL_SAMPLE_SEED is 0 too)
-        keep = sorted(int(i) for i in np.random.default_rng(0).choice(len(train), size=pool_sample, replace=False))
-        train = [train[i] for i in keep]
+    if holdout > 0:
+        order = np.random.default_rng(1).permutation(len(train))
+        n_held = min(int(round(holdout * len(train))), 2000)
+        test = [train[int(i)] for i in order[:n_held]]
+        keep = sorted(int(i) for i in order[n_held:])
+    if 0 < pool_sample < len(keep):  # the harness's sample (its POOL_SAMPLE_SEED is 0 too)
+        keep = sorted(keep[int(i)] for i in np.random.default_rng(0).choice(len(keep), size=pool_sample, replace=False))
+    train = [train[i] for i in keep]
     names = sorted({label for _, label in train})
     index = {label: i for i, label in enumerate(names)}
     test = [(t, y) for t, y in test if y in index]

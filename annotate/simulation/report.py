@@ -56,10 +56,21 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
         raw = gzip.decompress(file.read_bytes()) if file.suffix == ".gz" else file.read_bytes()
         for line in raw.decode("utf-8").splitlines():
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            out.append(_named_by_start(record))
     return out
+
+
+def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
+    """A strategy whose seed set was not a uniform draw (``cold_mode`` "typical" or "diversity") is
+    reported as its own strategy, "<strategy>+<mode>": its curve and random's no longer share round 1.
+    Records without the field (older runs) had a uniform seed set."""
+    mode = str(record.get("cold_mode") or "random")
+    if mode != "random" and isinstance(record.get("strategy"), str):
+        return {**record, "strategy": f"{record['strategy']}+{mode}"}
+    return record
 
 
 def data_key(name: str) -> str:
@@ -250,7 +261,8 @@ def paired_table(rows: Sequence[dict[str, str]]) -> str:
 
 def strategy_order(name: str) -> tuple[int, str]:
     order = ("active", "portfolio", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
-    return (order.index(name) if name in order else len(order), name)
+    base = name.partition("+")[0]  # "active+typical" next to "active"
+    return (order.index(base) if base in order else len(order), name)
 
 
 def round_seconds(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
@@ -516,7 +528,7 @@ def readme_block(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str
     README_END, never by hand."""
     reached = []
     for (data, strategy), per_seed in sorted(curves(records).items()):
-        if strategy in ("active", "random"):
+        if strategy.partition("+")[0] in ("active", "random"):
             ends = sorted(int(c[0][-1]) for c in per_seed.values())
             reached.append(
                 f"{data} {strategy} {ends[0]}–{ends[-1]}" if ends[0] != ends[-1] else f"{data} {strategy} {ends[0]}"

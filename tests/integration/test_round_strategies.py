@@ -14,7 +14,7 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
 from scoring.pipeline import step_rng
-from scoring.selection import select_strategy
+from scoring.selection import select_cold_start, select_strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
@@ -84,3 +84,23 @@ def test_each_strategy_selects_through_the_round_service(
     picked = [i for r in (first, random_round, unc, kc) for i, _, _ in _batch(r)]
     assert len(picked) == len(set(picked)) == 32  # four batches of 8, never an item twice
     assert not Item.objects.filter(id__in=picked, is_test=True).exists()
+
+
+@pytest.mark.parametrize("asked", ["active", "random"])
+def test_a_cold_round_picks_typical_items_unless_the_project_runs_random(
+    asked: str, shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    import json
+
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "cold_mode": "typical"}))
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    ids = loop_sel.eligible_ids(project=project)
+    emb = proxy.embeddings(*selection._texts(ids))
+    row = _to_selecting(project, asked)
+    assert row.strategy == "cold-start"
+    mode = "random" if asked == "random" else "typical"  # the baseline's seed set stays uniform
+    assert row.metrics["cold_mode"] == mode
+    expected = select_cold_start(emb, emb[:0], b=8, rng=step_rng(row.seed, "select"), mode=mode)  # type: ignore[arg-type]
+    row = _finish(row)
+    assert [i for i, _, _ in _batch(row)] == ids[expected.indices].tolist()
+    assert {s for _, s, _ in _batch(row)} == {"cold"}

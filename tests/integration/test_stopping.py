@@ -185,9 +185,10 @@ def test_the_strategy_in_charge_and_why() -> None:
     page = _ml_page(project)
     assert 'id="selection-in-charge"' in page and "No round yet." in page
 
-    _done(project, 1, strategy="cold-start")
+    _done(project, 1, strategy="cold-start", cold_mode="typical")
     page = _ml_page(project)
     assert '<strong class="in-charge">cold-start</strong> is in charge' in page and "no portfolio record" in page
+    assert "the most typical item of each region of the pool" in page  # why: the recorded cold mode
 
     selection = {
         "in_charge": "bald",

@@ -18,6 +18,8 @@ from scoring.selection import (
     select_batch,
     select_cold_start,
     select_strategy,
+    select_typical,
+    spherical_kmeans,
 )
 
 FAST = settings(max_examples=60, deadline=None)
@@ -197,7 +199,7 @@ def test_chunked_similarity_equals_one_big_tile() -> None:
     )
 
 
-@pytest.mark.parametrize("mode", ["random", "diversity"])
+@pytest.mark.parametrize("mode", ["random", "diversity", "typical"])
 def test_cold_start_modes(mode: str) -> None:
     rng = np.random.default_rng(6)
     emb = _unit(rng, 100, 8)
@@ -245,3 +247,79 @@ def test_label_mass_filter_flags_low_mass_rows() -> None:
         label_mass_filter(np.array([0.5, np.nan]), 0.5)
     with pytest.raises(SelectionInputError):
         label_mass_filter(np.array([0.5]), 2.0)
+
+
+def _blobs(rng: np.random.Generator, sizes: list[int], d: int = 16, spread: float = 0.15) -> tuple[np.ndarray, ...]:
+    """Unit rows around len(sizes) random orthogonal directions (blob j has sizes[j] rows), and each
+    row's blob."""
+    centres = np.linalg.qr(rng.standard_normal((d, d)))[0][: len(sizes)].astype(np.float32)
+    blob = np.repeat(np.arange(len(sizes)), sizes)
+    x = centres[blob] + spread * rng.standard_normal((len(blob), d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True), blob
+
+
+def test_typical_cold_start_takes_one_central_item_per_region() -> None:
+    rng = np.random.default_rng(11)
+    x, blob = _blobs(rng, [300, 120, 60, 30, 12], spread=0.08)  # imbalanced: a random 5 would mostly land in blob 0
+    sel = select_typical(x, np.empty((0, 16), np.float32), b=5, rng=0)
+    assert sorted(blob[sel.indices].tolist()) == [0, 1, 2, 3, 4]
+    assert not sel.is_random.any()
+    for i in sel.indices:  # each pick is nearer its blob's mean direction than most of its blob
+        members = x[blob == blob[i]]
+        centre = members.mean(axis=0)
+        assert (members @ centre < x[i] @ centre).mean() > 0.7
+
+
+def test_typical_cold_start_fills_the_regions_the_labels_miss() -> None:
+    rng = np.random.default_rng(12)
+    x, blob = _blobs(rng, [100, 100, 100, 100])
+    labeled = x[blob != 2][::10]  # every blob but 2 already has labels
+    sel = select_typical(x, labeled, b=1, rng=0)
+    assert blob[sel.indices[0]] == 2
+
+
+@FAST
+@given(n=st.integers(2, 60), b=st.integers(1, 60), n_labeled=st.integers(0, 5), seed=st.integers(0, 2**16))
+def test_typical_cold_start_batch_is_valid_and_deterministic(n: int, b: int, n_labeled: int, seed: int) -> None:
+    b = min(b, n)
+    rng = np.random.default_rng(seed)
+    x, labeled = _unit(rng, n, 4), _unit(rng, n_labeled, 4)
+    sel = select_typical(x, labeled, b=b, rng=seed)
+    assert len(sel.indices) == b == len(np.unique(sel.indices))
+    assert ((sel.indices >= 0) & (sel.indices < n)).all()
+    np.testing.assert_array_equal(sel.indices, select_typical(x, labeled, b=b, rng=seed).indices)
+
+
+def test_typical_cold_start_clusters_a_sample_of_a_large_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scoring.selection as selection
+
+    monkeypatch.setattr(selection, "TYPICAL_MAX_POINTS", 50)
+    rng = np.random.default_rng(13)
+    x, _ = _blobs(rng, [100, 100, 100])
+    sel = select_typical(x, np.empty((0, 16), np.float32), b=10, rng=1)
+    assert len(np.unique(sel.indices)) == 10 and sel.indices.max() < 300
+
+
+@FAST
+@given(n=st.integers(1, 80), k=st.integers(1, 80), seed=st.integers(0, 2**16))
+def test_spherical_kmeans_uses_every_cluster(n: int, k: int, seed: int) -> None:
+    k = min(k, n)
+    x = _unit(np.random.default_rng(seed), n, 3)
+    assign = spherical_kmeans(x, k, seed)
+    assert assign.shape == (n,) and set(assign.tolist()) == set(range(k))
+
+
+def test_spherical_kmeans_recovers_separated_blobs() -> None:
+    x, blob = _blobs(np.random.default_rng(14), [50, 40, 30], spread=0.05)
+    assign = spherical_kmeans(x, 3, 0)
+    assert len({(int(a), int(b)) for a, b in zip(assign, blob, strict=True)}) == 3  # a bijection
+
+
+def test_typical_cold_start_refuses_bad_input() -> None:
+    x = _unit(np.random.default_rng(15), 10, 4)
+    with pytest.raises(SelectionInputError):
+        select_typical(x, np.empty((0, 4), np.float32), b=11, rng=0)
+    with pytest.raises(SelectionInputError):
+        select_typical(x, np.empty((0, 5), np.float32), b=2, rng=0)
+    with pytest.raises(SelectionInputError):
+        spherical_kmeans(x, 0, 0)
