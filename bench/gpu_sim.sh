@@ -62,6 +62,9 @@ collect() { for set in $SETS; do cat "$VAR_DIR/sim/$set/records.jsonl" 2>/dev/nu
 ( while sleep 10; do collect > "$OUT/.records.tmp" && mv "$OUT/.records.tmp" "$OUT/records.jsonl"; done ) &
 COPIER=$!
 
+# The seed set is the app's default cold start: the most typical items (loop option cold_mode
+# "typical", scoring.selection.select_typical) for every strategy but random, whose seed set stays a
+# uniform draw; records say which ("cold_mode") and the report names e.g. "active+typical".
 # B=100 after a seed set of 100 (CLINC150: 300, 2 per class, as BASELINES.md): ten rounds land on
 # 100, 200, ..., 1,000 labels, the report's columns. At B=50 a 1,000-label curve is 19 rounds of
 # 48 steps per member, more than one sitting holds (session 5 reached 500-700 labels at 18 jobs).

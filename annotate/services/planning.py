@@ -29,7 +29,7 @@ def is_cold(row: Round) -> bool:
 def cold_mode(row: Round) -> str:
     """How a cold round of ``row``'s requested strategy picks: a project run as ``random`` draws its
     seed set uniformly too (it is the baseline every other strategy is measured against); every other
-    strategy uses the deployment's cold mode (loop option ``cold_mode``)."""
+    strategy uses the deployment's cold mode (loop option ``cold_mode``, "typical" by default)."""
     return "random" if row.strategy == "random" else loop_config(row.project).selection.cold_mode
 
 
