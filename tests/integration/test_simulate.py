@@ -103,15 +103,21 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
                 assert set(second["selection"]["shares"]) == {"margin", "softrank", "random"}
             else:
                 assert second["selection"] is None
-    paired = {r["seed"]: r["batch_ids"] for r in rounds if r["round"] == 1 and r["strategy"] == "active"}
-    assert all(r["batch_ids"] == paired[r["seed"]] for r in rounds if r["round"] == 1)  # the same seed set
+    # The default cold start: every strategy of a seed shares one typical seed set; random draws its own.
+    first_rounds = [r for r in rounds if r["round"] == 1]
+    assert all(r["cold_mode"] == ("random" if r["strategy"] == "random" else "typical") for r in rounds)
+    paired = {r["seed"]: r["batch_ids"] for r in first_rounds if r["strategy"] == "active"}
+    assert all(r["batch_ids"] == paired[r["seed"]] for r in first_rounds if r["strategy"] != "random")
+    uniform = {r["seed"]: r["batch_ids"] for r in first_rounds if r["strategy"] == "random"}
+    assert all(uniform[seed] != paired[seed] for seed in paired)
     (full,) = [r for r in records if r["strategy"] == "full-data"]
     assert full["labels"] == 60 and full["test_n"] == 15
     assert full["config"]["train"]["max_steps"] == full["train_steps"]  # what the full-data run trained with
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    assert all(f"| tiny | {strategy} | 2 |" in report for strategy in STRATEGIES), report
+    named = [s if s == "random" else f"{s}+typical" for s in STRATEGIES]  # a typical start is its own curve
+    assert all(f"| tiny | {name} | 2 |" in report for name in named), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss
     # The blend's per-weight counts replay the recorded predictor exactly (bench/blend_rules.py).
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
