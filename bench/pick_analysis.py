@@ -3,7 +3,8 @@
     .venv/bin/python bench/pick_analysis.py bench/gpu-results/sim6-records-2026-12-01.jsonl \
         --out bench/gpu-results/picks-sim6-2026-12-01.md
 
-For every (data set, strategy), over the rounds after the cold start and every seed, per picked item:
+For every (data set, strategy), over the rounds after the cold start and every seed, per picked item
+(and, in a second table, the seed set of round 1: its class mix against the pool's):
 - class mix: the entropy of the picks' gold classes over log(C) (1 = uniform over the classes), and
   the share of picks in the pool's rarest half of the classes next to that half's share of the pool;
 - length: mean words of the picked texts (the pool's mean beside it);
@@ -104,6 +105,56 @@ def analyse(records: list[dict[str, Any]], data_dir: Path, embed: Any) -> list[d
     return out
 
 
+def seed_sets(records: list[dict[str, Any]], data_dir: Path) -> list[dict[str, Any]]:
+    """Round 1 (the seed set) of every (data set, strategy), over the seeds: its class mix against the
+    pool's — total variation distance ½Σ|p − q|, and the class it under-represents most (its share of
+    the seed set, its share of the pool) — and the test accuracy the round reached."""
+    out = []
+    firsts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("round") == 1 and r.get("batch_ids") and r.get("strategy") != "full-data":
+            firsts[(r["data"], r["strategy"])].append(r)
+    pools: dict[str, tuple[list[str], np.ndarray, list[str]]] = {}
+    for (name, strategy), rounds in sorted(firsts.items()):
+        if name not in pools:
+            labels = [y for _, y in read_rows(data_dir / name / "train.csv")]
+            classes = sorted(set(labels))
+            pools[name] = (labels, np.array([labels.count(c) for c in classes], float) / len(labels), classes)
+        labels, pool, classes = pools[name]
+        mixes = []
+        for r in rounds:
+            picked = [labels[int(i.split("-")[1])] for i in r["batch_ids"]]
+            mixes.append(np.array([picked.count(c) for c in classes], float) / len(picked))
+        mix = np.mean(mixes, axis=0)
+        worst = int(np.argmin(mix / pool))
+        out.append(
+            {
+                "data": name,
+                "strategy": strategy,
+                "seeds": len(rounds),
+                "size": float(np.mean([len(r["batch_ids"]) for r in rounds])),
+                "tv": float(np.mean([0.5 * np.abs(m - pool).sum() for m in mixes])),
+                "worst_class": classes[worst],
+                "worst_share": float(mix[worst]),
+                "worst_pool": float(pool[worst]),
+                "accuracy": float(np.mean([100 * float(r["accuracy"]) for r in rounds])),
+            }
+        )
+    return out
+
+
+def seed_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| data | strategy | seeds | seed set | class-mix distance to the pool (TV) | most under-represented "
+        "class: seed set % (pool %) | test acc after round 1 % |\n|---|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(
+        f"| {r['data']} | {r['strategy']} | {r['seeds']} | {r['size']:.0f} | {r['tv']:.3f} | {r['worst_class']}: "
+        f"{100 * r['worst_share']:.1f} ({100 * r['worst_pool']:.1f}) | {r['accuracy']:.1f} |\n"
+        for r in rows
+    )
+
+
 def _entropy(counts: np.ndarray) -> float:
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
@@ -141,7 +192,10 @@ def main() -> int:
     made_by = sorted({str(r.get("commit", ""))[:7] for r in records})
     text = (
         f"Picks of {', '.join(str(p) for p in args.records)} (runs made at commit {', '.join(made_by)}), "
-        f"analysed at {commit.stdout.strip()} by `{' '.join(sys.argv)}`.\n\n" + table(rows)
+        f"analysed at {commit.stdout.strip()} by `{' '.join(sys.argv)}`.\n\n"
+        + table(rows)
+        + "\nThe seed sets (round 1; a strategy named +typical started with the typical cold start):\n\n"
+        + seed_table(seed_sets(records, args.data_dir))
     )
     args.out.write_text(text)
     print(text)

@@ -481,7 +481,7 @@ def write_report(
     out (a strategy re-run by newer code, its old records kept in the same file; "data/" limits it to
     one set). Returns the markdown."""
     paths = [records_path] if isinstance(records_path, Path) else list(records_path)
-    records = [r for r in load_records(paths) if not _dropped(r, drop)]
+    records = selected_records(paths, drop)
     base = baseline_rows(baselines)
     blends = blend_table(records)
     text = "\n\n".join(
@@ -557,6 +557,30 @@ def update_readme(path: Path, block: str) -> None:
     path.write_text(head + block + tail, encoding="utf-8")
 
 
+def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[str, Any]]:
+    """The records of ``paths`` less the ``drop`` entries; a job (data, strategy, seed) found in
+    several inputs — the same configuration run again, e.g. to take it further — keeps the run of the
+    last input that holds it (said on stdout), so no curve counts a seed twice."""
+    by_input = [[r for r in load_records([path]) if not _dropped(r, drop)] for path in paths]
+    owner: dict[tuple[str, str, Any], int] = {}
+    for i, records in enumerate(by_input):
+        for r in records:
+            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"))] = i
+    out = []
+    for i, records in enumerate(by_input):
+        replaced = set()
+        for r in records:
+            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"))
+            if owner[key] == i:
+                out.append(r)
+            else:
+                replaced.add(key)
+        for data, strategy, seed in sorted(replaced, key=str):
+            newer = paths[owner[(data, strategy, seed)]]
+            print(f"{data} {strategy} seed {seed}: the run in {newer} replaces {paths[i]}'s")
+    return out
+
+
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
     """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
     that strategy's records of every data set)."""
@@ -585,7 +609,7 @@ def main() -> None:
     out = args.out or (first if first.is_dir() else first.parent)
     print(write_report(args.inputs, out_dir=out, plots_dir=args.plots_dir, baselines=args.baselines, drop=args.drop))
     if args.readme is not None:
-        records = [r for r in load_records(args.inputs) if not _dropped(r, args.drop)]
+        records = selected_records(args.inputs, args.drop)
         sources = [str(p) for p in args.inputs] + [f"--drop {d}" for d in args.drop]
         update_readme(args.readme, readme_block(records, baseline_rows(args.baselines), sources))
         print(f"README block rewritten: {args.readme}")
