@@ -206,19 +206,23 @@ def select_cold_start(
 # typicality is measured over its TYPICAL_NEIGHBOURS nearest cluster mates (the paper's 20).
 TYPICAL_MAX_POINTS = 20000
 TYPICAL_NEIGHBOURS = 20
+# k-means cost grows with the cluster count (labels + batch): a project that imports thousands of labels
+# before its first adapter would cluster for minutes. Past 500 regions (the shared sets' seed sets are
+# 100–300) the least-covered clusters give several picks each instead.
+TYPICAL_MAX_CLUSTERS = 500
 # Lloyd iterations of the spherical k-means: the assignment rarely moves after ~20 on MiniLM vectors,
 # and an unconverged partition only changes which typical item a cluster offers, not its validity.
 KMEANS_ITERATIONS = 30
 
 
 def select_typical(emb: np.ndarray, labeled_emb: np.ndarray, *, b: int, rng: RngLike) -> Selection:
-    """The cold batch by typicality (TypiClust): k-means with (labeled + b) clusters over the eligible
-    rows and the labeled ones; the clusters holding the fewest labeled items (then the largest) each
-    give their most typical item — the one nearest its cluster mates (1 / mean cosine distance to its
-    TYPICAL_NEIGHBOURS nearest). A random seed set spends its few labels on the pool's outskirts
-    and duplicates of dense regions alike; farthest-first (``diversity``) favours outliers; the
-    typical item of every region is what a model with almost no labels learns most from. All picks are
-    flagged non-random. Deterministic for a given seed."""
+    """The cold batch by typicality (TypiClust): k-means with (labeled + b) clusters (at most
+    TYPICAL_MAX_CLUSTERS) over the eligible rows and the labeled ones; the clusters holding the fewest
+    labeled items (then the largest) each give their most typical item — the one nearest its cluster
+    mates (1 / mean cosine distance to its TYPICAL_NEIGHBOURS nearest). A random seed set spends its few
+    labels on the pool's outskirts and duplicates of dense regions alike; farthest-first
+    (``diversity``) favours outliers; the typical item of every region is what a model with almost no
+    labels learns most from. All picks are flagged non-random. Deterministic for a given seed."""
     x = _unit_np(_as_matrix(emb, "emb"))
     seeds = _as_matrix(labeled_emb, "labeled_emb", dim=x.shape[1])
     _check_b(b, len(x))
@@ -226,8 +230,10 @@ def select_typical(emb: np.ndarray, labeled_emb: np.ndarray, *, b: int, rng: Rng
     rows = np.arange(len(x), dtype=np.int64)
     if len(x) > TYPICAL_MAX_POINTS:
         rows = np.sort(gen.choice(len(x), size=TYPICAL_MAX_POINTS, replace=False))
+    if len(seeds) > TYPICAL_MAX_POINTS:
+        seeds = seeds[np.sort(gen.choice(len(seeds), size=TYPICAL_MAX_POINTS, replace=False))]
     points = np.concatenate([x[rows], _unit_np(seeds)]) if len(seeds) else x[rows]
-    k = min(len(seeds) + b, len(points))
+    k = min(len(seeds) + b, TYPICAL_MAX_CLUSTERS, len(points))
     assign = spherical_kmeans(points, k, gen)
     pool_assign, labeled_assign = assign[: len(rows)], assign[len(rows) :]
     covered = np.bincount(labeled_assign, minlength=k)

@@ -160,6 +160,8 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     # A cold round's mode was fixed when it was planned (planning.cold_mode); rows planned before
     # that was recorded follow the deployment's option.
     mode = str((round.metrics or {}).get("cold_mode", config.selection.cold_mode)) if cold else None
+    if cold and mode != "random":
+        ids = _cold_sample(ids, round.seed)
     needs_embeddings = mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
     if needs_embeddings:
         labeled = loop_sel.labeled_items(project=round.project)
@@ -195,6 +197,17 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
         for i, r in zip(sel.indices, sel.is_random, strict=True)
     ]
+
+
+def _cold_sample(ids: np.ndarray, seed: int) -> np.ndarray:
+    """The eligible ids a typical or diversity cold round embeds and clusters: all of them, or a seeded
+    sample of TYPICAL_MAX_POINTS — a 2-million-row pool must not be embedded before its first round."""
+    from scoring.selection import TYPICAL_MAX_POINTS
+
+    if len(ids) <= TYPICAL_MAX_POINTS:
+        return ids
+    keep = pipeline.step_rng(seed, "cold-sample").choice(len(ids), size=TYPICAL_MAX_POINTS, replace=False)
+    return ids[np.sort(keep)]
 
 
 def portfolio_split(

@@ -104,3 +104,29 @@ def test_a_cold_round_picks_typical_items_unless_the_project_runs_random(
     row = _finish(row)
     assert [i for i, _, _ in _batch(row)] == ids[expected.indices].tolist()
     assert {s for _, s, _ in _batch(row)} == {"cold"}
+
+
+def test_a_typical_cold_round_embeds_a_seeded_sample_of_a_large_pool(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    import json
+
+    import numpy as np
+
+    import scoring.selection
+
+    monkeypatch.setattr(scoring.selection, "TYPICAL_MAX_POINTS", 20)  # the pool has 44 eligible items
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "cold_mode": "typical"}))
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    eligible = loop_sel.eligible_ids(project=project)
+    row = _to_selecting(project, "active")
+    sample = eligible[np.sort(step_rng(row.seed, "cold-sample").choice(len(eligible), size=20, replace=False))]
+    expected = select_cold_start(
+        proxy.embeddings(*selection._texts(sample)),
+        np.zeros((0, 384), np.float32),
+        b=8,
+        rng=step_rng(row.seed, "select"),
+        mode="typical",
+    )
+    row = _finish(row)
+    assert [i for i, _, _ in _batch(row)] == sample[expected.indices].tolist()

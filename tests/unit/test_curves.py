@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from training.curves import learning_curve_png, learning_curve_svg, reliability_svg
 from training.evaluate import reliability_bins
@@ -160,3 +161,31 @@ def test_drop_entries_name_a_strategy_at_a_commit_everywhere_or_in_one_set() -> 
     assert not _dropped(record("clinc150", "random", "e6a244b"), one_set)  # another strategy
     assert not _dropped(record("clinc150", "active", "4259b47"), one_set)  # another commit
     assert _dropped(record("clinc150", "active", "e6a244b"), ["CLINC150/active@e6a2"])  # the report's own spelling
+
+
+def test_a_job_run_again_counts_once_and_a_typical_start_is_its_own_curve(tmp_path: Path) -> None:
+    import json
+
+    from annotate.simulation.report import curves, selected_records
+
+    def write(name: str, rows: list[tuple[str, int, int, float, str]]) -> Path:
+        path = tmp_path / name
+        lines = [
+            {"data": "trec", "strategy": s, "seed": seed, "labels": n, "accuracy": a, "commit": "c1", "cold_mode": m}
+            for s, seed, n, a, m in rows
+        ]
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        return path
+
+    first = write("a.jsonl", [("active", 0, 100, 0.5, "typical"), ("active", 0, 200, 0.6, "typical")])
+    first_random = ("random", 0, 100, 0.4, "random")
+    second = write("b.jsonl", [("active", 0, 100, 0.55, "typical"), ("active", 0, 200, 0.7, "typical"), first_random])
+    old = write("c.jsonl", [("active", 1, 100, 0.3, "random")])  # no typical start: plain "active"
+    records = selected_records([first, second, old], [])
+    got = curves(records)
+    labels, acc = got[("trec", "active+typical")][0]
+    assert labels.tolist() == [100, 200] and acc.tolist() == pytest.approx([55.0, 70.0])  # the later run, once
+    assert set(got) == {("trec", "active+typical"), ("trec", "random"), ("trec", "active")}
+    assert selected_records([first, second], ["active+typical@c1"]) == [
+        r for r in selected_records([second], []) if r["strategy"] == "random"
+    ]

@@ -323,3 +323,15 @@ def test_typical_cold_start_refuses_bad_input() -> None:
         select_typical(x, np.empty((0, 5), np.float32), b=2, rng=0)
     with pytest.raises(SelectionInputError):
         spherical_kmeans(x, 0, 0)
+
+
+def test_typical_cold_start_caps_the_clusters_and_still_fills_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scoring.selection as selection
+
+    monkeypatch.setattr(selection, "TYPICAL_MAX_CLUSTERS", 4)
+    rng = np.random.default_rng(16)
+    x, blob = _blobs(rng, [60, 60, 60, 60])
+    labeled = x[blob != 3][::3]  # many labels, none in blob 3
+    sel = select_typical(x, labeled, b=6, rng=0)
+    assert len(np.unique(sel.indices)) == 6
+    assert (blob[sel.indices] == 3).sum() >= 3  # the uncovered region gives several picks
