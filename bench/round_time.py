@@ -24,7 +24,9 @@ in worker i, and the test set is evaluated in worker 0, one task, as the app's e
 6.56 s was measured). The adapters are the same as the sequential run's (member k, seed k, the same
 labels), so the test accuracy is a check. GPU memory is per process (the largest worker).
 
-Prints one table; OUT/round-time.json holds the raw numbers, the options and the git commit.
+Prints one table; OUT/round-time.json holds the raw numbers, the options and the git commit
+(``ALANN_COMMIT`` when set, else ``git rev-parse HEAD``: on the GPU machine set it, as
+bench/gpu_sim.sh's COMMIT does — the device's copy of the tree carried stale git metadata in session 9).
 """
 
 from __future__ import annotations
