@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.proxy_loop import read_rows  # noqa: E402
-from annotate.simulation.report import load_records  # noqa: E402
+from annotate.simulation.report import selected_records  # noqa: E402
 from scoring.proxy import fit_proxy  # noqa: E402
 
 NEAR = 0.95
@@ -179,21 +179,24 @@ def main() -> int:
     ap.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seed-sets-only", action="store_true", help="only the seed-set table (no embeddings)")
     args = ap.parse_args()
 
     from scoring.bundled import encoder_path
     from scoring.cache import text_hash
     from scoring.embeddings import EmbeddingCache
 
-    cache = EmbeddingCache(args.cache, encoder_path(None))
-    records = load_records(args.records)
-    rows = analyse(records, args.data_dir, lambda texts: cache.embed(texts, [text_hash(t) for t in texts]))
+    records = selected_records(args.records, [])  # a job in several inputs: the last input's run
+    picks = ""
+    if not args.seed_sets_only:
+        cache = EmbeddingCache(args.cache, encoder_path(None))
+        picks = table(analyse(records, args.data_dir, lambda texts: cache.embed(texts, [text_hash(t) for t in texts])))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     made_by = sorted({str(r.get("commit", ""))[:7] for r in records})
     text = (
         f"Picks of {', '.join(str(p) for p in args.records)} (runs made at commit {', '.join(made_by)}), "
         f"analysed at {commit.stdout.strip()} by `{' '.join(sys.argv)}`.\n\n"
-        + table(rows)
+        + picks
         + "\nThe seed sets (round 1; a strategy named +typical started with the typical cold start):\n\n"
         + seed_table(seed_sets(records, args.data_dir))
     )
