@@ -191,6 +191,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "mass_threshold",
             "uncertainty",
             "cold_start_batches",
+            "cold_mode",
             "ensemble_k",
             "overlap_share",
             "overlap_annotators",
@@ -211,6 +212,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "mass_threshold": "Review threshold (label mass)",
             "uncertainty": "Uncertainty measure",
             "cold_start_batches": "Cold-start rounds",
+            "cold_mode": "How cold-start rounds pick",
             "ensemble_k": "Models in the ensemble",
             "overlap_share": "Share of items labelled twice",
             "overlap_annotators": "Annotators per double-labelled item",
@@ -234,7 +236,11 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "go to the leads' review bucket instead of annotators. Default 0.05.",
             "uncertainty": "margin: gap between the two likeliest labels (default); entropy: spread over all "
             "labels; BALD: disagreement between the ensemble's models (needs 2 or more).",
-            "cold_start_batches": "How many first rounds pick a random batch before the model is trusted to choose.",
+            "cold_start_batches": "How many first rounds pick without the model (see below) before it is trusted "
+            "to choose.",
+            "cold_mode": "typical items: the most typical text of each group of similar texts (the default) — best "
+            "when the labels follow topics; random: a uniform draw — safer when they do not (sentiment, question "
+            "type); farthest-first: texts far from each other. A project run as random always starts at random.",
             "ensemble_k": "How many small adapters are trained; more gives better uncertainty and costs more "
             "time per round. 2–4 on a CPU.",
             "overlap_share": "Share of each batch (0–1) labelled by several annotators, to measure agreement and "

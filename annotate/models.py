@@ -38,7 +38,21 @@ class Project(models.Model):
     random_share = models.FloatField(default=0.15)  # share of B drawn uniformly from the eligible pool
     mass_threshold = models.FloatField(default=0.05)  # ensemble-mean label mass under this: review bucket
     uncertainty = models.CharField(max_length=16, default="margin")  # margin | entropy | bald
-    cold_start_batches = models.PositiveIntegerField(default=2)  # random/diversity rounds before uncertainty
+    cold_start_batches = models.PositiveIntegerField(default=2)  # rounds before the model chooses
+    # How those rounds pick: "" follows the deployment (loop option cold_mode, "typical" by default).
+    # "random" suits labels the text embeddings do not group (sentiment, question type: bench/RESULTS.md,
+    # session 9); a project run as random always starts uniformly (services.planning.cold_mode).
+    cold_mode = models.CharField(
+        max_length=12,
+        blank=True,
+        default="",
+        choices=[
+            ("", "deployment default"),
+            ("typical", "typical items"),
+            ("random", "random"),
+            ("diversity", "farthest-first"),
+        ],
+    )
     # Ensemble / training.
     ensemble_k = models.PositiveSmallIntegerField(default=4)
     scratch_every = models.PositiveSmallIntegerField(default=5)  # from-scratch retrain every R rounds

@@ -29,8 +29,11 @@ def is_cold(row: Round) -> bool:
 def cold_mode(row: Round) -> str:
     """How a cold round of ``row``'s requested strategy picks: a project run as ``random`` draws its
     seed set uniformly too (it is the baseline every other strategy is measured against); every other
-    strategy uses the deployment's cold mode (loop option ``cold_mode``, "typical" by default)."""
-    return "random" if row.strategy == "random" else loop_config(row.project).selection.cold_mode
+    strategy uses the project's cold mode, or the deployment's (loop option ``cold_mode``, "typical"
+    by default) when the project leaves it empty."""
+    if row.strategy == "random":
+        return "random"
+    return row.project.cold_mode or loop_config(row.project).selection.cold_mode
 
 
 def round_plan(*, round_id: int) -> Round:

@@ -130,3 +130,25 @@ def test_a_typical_cold_round_embeds_a_seeded_sample_of_a_large_pool(
     )
     row = _finish(row)
     assert [i for i, _, _ in _batch(row)] == sample[expected.indices].tolist()
+
+
+@pytest.mark.parametrize(
+    ("deployment", "project_mode", "expected"),
+    [("typical", "random", "random"), ("random", "typical", "typical"), ("random", "", "random")],
+)
+def test_a_project_may_choose_its_own_cold_mode(
+    deployment: str,
+    project_mode: str,
+    expected: str,
+    shared_data: Path,
+    tiny_llama_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    import json
+
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "cold_mode": deployment}))
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, cold_mode=project_mode)
+    row = _to_selecting(project, "active")
+    assert row.strategy == "cold-start" and row.metrics["cold_mode"] == expected

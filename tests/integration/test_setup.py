@@ -263,3 +263,14 @@ def test_ml_page_shows_test_set_size_and_gold_labels(ml: Client) -> None:
     project.items.create(external_id="pool", text="p", text_hash="p")
     page = ml.get(reverse("ml_home", args=[project.pk])).content.decode()
     assert "3 of 4 test items have a final label (75 %)" in page  # what evaluation measures on
+
+
+def test_the_cold_start_mode_is_a_project_setting(ml: Client) -> None:
+    page = ml.get(reverse("setup_new")).content.decode()
+    assert "How cold-start rounds pick" in page and "safer when they do not (sentiment, question type)" in page
+    response = ml.post(reverse("setup_new"), form_data(cold_mode="sometimes"))
+    assert response.status_code == 400 and "cold_mode" in response.context["form"].errors
+    assert not Project.objects.exists()
+    response = ml.post(reverse("setup_new"), form_data(cold_mode="random"))
+    assert response.status_code == 302, response.context["form"].errors
+    assert Project.objects.get(name="news topics").cold_mode == "random"
