@@ -68,7 +68,7 @@ class SimSpec:
     work_dir: Path  # the pool CSVs, the shared embeddings, each worker job's VAR_DIR (adapters: GBs)
     rounds: int
     batch: int  # B: items per round after the seed set
-    seed_labels: int = 20  # round 1: the random seed set
+    seed_labels: int = 20  # round 1: the seed set (the cold start)
     k: int = 2  # ensemble members
     engine: str = "hf"
     model_dir: str = ""  # empty: settings.LLM_DIR

@@ -12,6 +12,8 @@ reads both.
 
 Protocol (BASELINES.md): a random seed set of max(2 × classes, 20) labels identical for every
 strategy of a seed, then batches of B (25; 100 with more than 50 classes), random slice 15 %.
+``ProxySpec.cold_mode`` other than "random" gives every strategy but random the app's cold start
+instead (``seed_set``), as the app's default does.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Command(BaseCommand):
         parser.add_argument("--pool-sample", type=int, default=0, help="fixed random sample of train as the pool")
         parser.add_argument("--test-sample", type=int, default=0, help="fixed random sample of test as the test set")
         parser.add_argument("--label-subset", type=int, default=0, help="only a fixed random N of the labels (0: all)")
-        parser.add_argument("--seed-labels", type=int, default=20, help="random seed set labelled in round 1")
+        parser.add_argument("--seed-labels", type=int, default=20, help="seed set labelled in round 1 (the cold start)")
         parser.add_argument("--candidate-sample", type=int, default=0, help="items rescored per round (0: all)")
         parser.add_argument("--mass-threshold", type=float, default=0.05, help="label mass under it: review bucket")
         parser.add_argument("--workers", type=int, default=1, help="jobs at a time (>1: one subprocess each)")
