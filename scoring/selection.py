@@ -228,8 +228,8 @@ def select_typical(emb: np.ndarray, labeled_emb: np.ndarray, *, b: int, rng: Rng
     _check_b(b, len(x))
     gen = np.random.default_rng(rng)
     rows = np.arange(len(x), dtype=np.int64)
-    if len(x) > TYPICAL_MAX_POINTS:
-        rows = np.sort(gen.choice(len(x), size=TYPICAL_MAX_POINTS, replace=False))
+    if len(x) > max(TYPICAL_MAX_POINTS, b):  # never fewer rows than the batch needs
+        rows = np.sort(gen.choice(len(x), size=max(TYPICAL_MAX_POINTS, b), replace=False))
     if len(seeds) > TYPICAL_MAX_POINTS:
         seeds = seeds[np.sort(gen.choice(len(seeds), size=TYPICAL_MAX_POINTS, replace=False))]
     points = np.concatenate([x[rows], _unit_np(seeds)]) if len(seeds) else x[rows]

@@ -165,7 +165,12 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     needs_embeddings = mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
     if needs_embeddings:
         labeled = loop_sel.labeled_items(project=round.project)
-        emb, labeled_emb = embeddings(*_texts(ids)), embeddings(labeled.texts, labeled.hashes)
+        seen = _cold_sample(np.arange(len(labeled.texts)), round.seed, "cold-labeled") if cold else None
+        emb = embeddings(*_texts(ids))
+        if seen is None:
+            labeled_emb = embeddings(labeled.texts, labeled.hashes)
+        else:  # a cold round only needs where the labels lie: a sample of thousands of imported ones
+            labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
             proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
             committee_p = committee_distribution(mean_p, proxy_p, config.k)
@@ -199,14 +204,15 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     ]
 
 
-def _cold_sample(ids: np.ndarray, seed: int) -> np.ndarray:
-    """The eligible ids a typical or diversity cold round embeds and clusters: all of them, or a seeded
-    sample of TYPICAL_MAX_POINTS — a 2-million-row pool must not be embedded before its first round."""
+def _cold_sample(ids: np.ndarray, seed: int, step: str = "cold-sample") -> np.ndarray:
+    """What a typical or diversity cold round embeds and clusters (eligible ids, or positions of the
+    labeled items): all of them, or a seeded sample of TYPICAL_MAX_POINTS — a 2-million-row pool must
+    not be embedded before its first round."""
     from scoring.selection import TYPICAL_MAX_POINTS
 
     if len(ids) <= TYPICAL_MAX_POINTS:
         return ids
-    keep = pipeline.step_rng(seed, "cold-sample").choice(len(ids), size=TYPICAL_MAX_POINTS, replace=False)
+    keep = pipeline.step_rng(seed, step).choice(len(ids), size=TYPICAL_MAX_POINTS, replace=False)
     return ids[np.sort(keep)]
 
 

@@ -335,3 +335,14 @@ def test_typical_cold_start_caps_the_clusters_and_still_fills_the_batch(monkeypa
     sel = select_typical(x, labeled, b=6, rng=0)
     assert len(np.unique(sel.indices)) == 6
     assert (blob[sel.indices] == 3).sum() >= 3  # the uncovered region gives several picks
+
+
+def test_typical_cold_start_keeps_enough_rows_for_a_batch_larger_than_the_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import scoring.selection as selection
+
+    monkeypatch.setattr(selection, "TYPICAL_MAX_POINTS", 10)
+    x = _unit(np.random.default_rng(17), 40, 4)
+    sel = select_typical(x, np.empty((0, 4), np.float32), b=25, rng=0)
+    assert len(np.unique(sel.indices)) == 25
