@@ -152,8 +152,7 @@ COLD_REASONS = {
 }
 
 
-def _cold_reason(metrics: object) -> str:
-    mode = metrics.get("cold_mode") if isinstance(metrics, dict) else None
+def _cold_reason(mode: object) -> str:
     return COLD_REASONS.get(str(mode), "no adapter yet: nothing to rank by")
 
 
@@ -163,7 +162,12 @@ def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
     defensively (a missing or malformed value shows as "—"); without one, the newest round's
     ``strategy``. A newer round that chose another strategy is named in ``note``. None before the
     first round."""
-    latest = Round.objects.filter(project=project).order_by("-number").values("number", "strategy", "metrics").first()
+    latest = (
+        Round.objects.filter(project=project)
+        .order_by("-number")
+        .values("number", "strategy", cold_mode=KeyTransform("cold_mode", "metrics"))
+        .first()
+    )
     if latest is None:
         return None
     row = (
@@ -177,7 +181,7 @@ def selection_in_charge(*, project: Project) -> SelectionInCharge | None:
         return SelectionInCharge(
             round=latest["number"],
             in_charge=latest["strategy"] or "—",
-            reason=_cold_reason(latest["metrics"]) if latest["strategy"] == "cold-start" else "",
+            reason=_cold_reason(latest["cold_mode"]) if latest["strategy"] == "cold-start" else "",
             arms=[],
             from_selection=False,
         )

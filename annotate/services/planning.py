@@ -44,9 +44,12 @@ def round_plan(*, round_id: int) -> Round:
 
 def _plan(row: Round) -> None:
     cold = is_cold(row)
-    if cold or row.strategy not in NEEDS_SCORES:
-        fields = {"strategy": "cold-start", "metrics": {**(row.metrics or {}), "cold_mode": cold_mode(row)}}
-        round_transition(row.id, S.PENDING, S.SELECTING, **(fields if cold else {}))
+    if cold:
+        metrics = {**(row.metrics or {}), "cold_mode": cold_mode(row)}
+        round_transition(row.id, S.PENDING, S.SELECTING, strategy="cold-start", metrics=metrics)
+        return
+    if row.strategy not in NEEDS_SCORES:
+        round_transition(row.id, S.PENDING, S.SELECTING)
         return
     scoring_plan(round=row)
     round_transition(row.id, S.PENDING, S.SCORING)
