@@ -240,7 +240,8 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "to choose.",
             "cold_mode": "typical items: the most typical text of each group of similar texts (the default) — best "
             "when the labels follow topics; random: a uniform draw — safer when they do not (sentiment, question "
-            "type); farthest-first: texts far from each other. A project run as random always starts at random.",
+            "type); half typical, half random: both at once; farthest-first: texts far from each other. A project run "
+            "as random always starts at random.",
             "ensemble_k": "How many small adapters are trained; more gives better uncertainty and costs more "
             "time per round. 2–4 on a CPU.",
             "overlap_share": "Share of each batch (0–1) labelled by several annotators, to measure agreement and "

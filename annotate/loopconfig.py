@@ -57,6 +57,10 @@ GPU_PROFILE: dict[str, Any] = {
         "dropout": 0.0,
         "top_layers": 8,
         "wide_top_layers": 16,
+        # A batch runs whole (32 rows × suffixes of up to 512 tokens): the packed step then has fixed
+        # shapes and is replayed from one CUDA graph (TrainConfig.graph_step); bench/gpu_sim.sh ran whole
+        # batches too (1,048,576). The default 2,048 would split batches of items over 64 tokens.
+        "micro_batch_tokens": 16384,
     },
 }
 
@@ -68,7 +72,7 @@ class LoopOptions:
     profile: str  # "cpu" or "gpu" (default: the device this process sees)
     max_context: int  # prompt tokens: the prefix plus the longest item must fit
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
-    cold_mode: str  # cold-start rounds of every strategy but random: "random", "diversity" or "typical"
+    cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.selection.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
     # Items of the fixed stop set each evaluation predicts (κ between rounds: the stopping criterion);
     # 0 turns it off. 500 (the default): near κ = 0.99 with 6 balanced classes the 95 % sampling error

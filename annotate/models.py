@@ -51,6 +51,7 @@ class Project(models.Model):
             ("typical", "typical items"),
             ("random", "random"),
             ("diversity", "farthest-first"),
+            ("hedged", "half typical, half random"),
         ],
     )
     # Ensemble / training.

@@ -61,12 +61,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _top(layers: int, batch: int, steps: int, *, packed: bool) -> dict[str, Any]:
+def _top(layers: int, batch: int, steps: int, *, packed: bool, graph_step: str = "auto") -> dict[str, Any]:
     """LoRA on the last ``layers`` of SmolLM2's 30 (TrainConfig.top_layers): the trunk's output is
     computed once per run (training) and kept by the engine (scoring, evaluation); float32, no dropout."""
     train = {"prefix_sharing": True, "precision": "float32", "batch_size": batch, "epochs": 3, "max_steps": steps,
              "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0, "top_layers": layers,
-             "packed": packed}  # fmt: skip
+             "packed": packed, "graph_step": graph_step}  # fmt: skip
     return {"train": train, "engine": {}}
 
 
@@ -78,6 +78,9 @@ CONFIGS.update(
     top8=_top(8, 32, 60, packed=False),
     top8p=_top(8, 32, 60, packed=True),
     top16p=_top(16, 32, 60, packed=True),  # what a project of more than 50 labels adapts (wide_top_layers)
+    # The trainer's fixed-shape step replayed from a CUDA graph is the default ("auto") since session 10;
+    # "-eager" runs the per-batch step of sessions 6-9.
+    **{f"top{n}p-eager": _top(n, 32, 60, packed=True, graph_step="off") for n in (8, 16)},
     top8b64=_top(8, 64, 24, packed=False),
     top12b64=_top(12, 64, 24, packed=False),
 )
@@ -218,10 +221,23 @@ def one_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
     total = time.perf_counter() - started
     return _row(name, args, renderer, train_cfg, len(candidates), scored.tokens, timings, total) | {
         "test_accuracy": _accuracy(evaluated.p, test, index),
+        "members": _members(refs),
         "gpu_peak_allocated_mib": round(torch.cuda.max_memory_allocated() / 2**20) if on_gpu else None,
         "gpu_peak_reserved_mib": round(torch.cuda.max_memory_reserved() / 2**20) if on_gpu else None,
         "peak_rss_mib": round(_peak_rss_mib()),
     }
+
+
+def _members(refs: list[Any]) -> list[dict[str, Any]]:
+    """What each of the round's members recorded: which step ran (fixed_step: "graph", "eager" or
+    None), its training seconds and its first and last losses (the graph and the eager step must agree)."""
+    rows = []
+    for ref in refs:
+        info = json.loads((Path(ref.path) / "training.json").read_text())
+        losses = info["losses"]
+        rows.append({"fixed_step": info.get("fixed_step"), "seconds": info["seconds"], "steps": info["steps"],
+                     "first_loss": losses[0], "last_loss": losses[-1]})  # fmt: skip
+    return rows
 
 
 def _ref(tag: str, k: int, path: str) -> Any:

@@ -247,15 +247,25 @@ class SplitStack:
         block = torch.cat([torch.zeros(n_prefix, dtype=torch.long), rows]).to(device)  # 0 = prefix, j + 1 = row j
         within = torch.arange(total - n_prefix) - torch.repeat_interleave(starts - n_prefix, lengths)
         positions = torch.cat([torch.arange(n_prefix), n_prefix + within]).to(device)  # suffixes continue the prefix
-        index = torch.arange(total, device=device)
+        return self.top_blocks(hidden, block, positions[None], (starts + lengths - 1).to(device))
+
+    def top_blocks(self, hidden: Any, block: Any, positions: Any, last: Any) -> torch.Tensor:
+        """The final-norm hidden state [rows, d] at the indices ``last`` of a packed sequence ``hidden``
+        [1, T, d] run through the top layers. ``block`` [T] assigns each token a block: block 0 (the
+        prefix) is seen by every token, any other block only by its own tokens, causally; ``positions``
+        [1, T] are the tokens' rotary positions. Every shape is fixed by the inputs, so a caller can
+        replay it (training.graphstep)."""
+        import torch
+
+        index = torch.arange(int(hidden.shape[1]), device=hidden.device)
         causal = index[:, None] >= index[None, :]
         same_block = block[:, None] == block[None, :]
-        sees_prefix = (block[None, :] == 0).expand(total, total)
-        allowed = causal & (same_block | sees_prefix)
-        mask = allowed[None, None] if self._sdpa else self._additive(allowed[None, None], hidden.dtype)
-        out, _ = self._run(hidden, range(self.start, len(self.decoder.layers)), positions[None], mask, None)
-        last = (starts + lengths - 1).to(device)
-        return self.decoder.norm(out[0, last])
+        sees_prefix = (block == 0)[None, :]
+        allowed = (causal & (same_block | sees_prefix))[None, None]
+        mask = allowed if self._sdpa else self._additive(allowed, hidden.dtype)
+        out, _ = self._run(hidden, range(self.start, len(self.decoder.layers)), positions, mask, None)
+        # index_select, not out[0, last]: its backward is index_add (capturable), not an accumulating index_put
+        return self.decoder.norm(torch.index_select(out[0], 0, last))
 
     def logits(self, last_hidden: Any) -> torch.Tensor:
         return output_layer_of(self.model)(last_hidden)

@@ -159,6 +159,13 @@ class TrainConfig:
     # CLINC150 (151 labels, 3 seeds, H200, bench/RESULTS.md session 8): 16 layers instead of 8 took
     # active to 71.0 % at 1,000 labels (67.7 with 8) and random to 67.4 (66.0), 4.0 GiB a job.
     wide_top_layers: int = 0
+    # The packed top-layer step at fixed shapes (training.graphstep): "auto" captures it once as a
+    # CUDA graph and replays it every step, on a CUDA device with no dropout in float32 (a step of a
+    # 135M model's top layers is bound by dispatching ~1,550 small operators, not by the GPU);
+    # "eager" runs the fixed-shape step without capture on any device (what the CPU tests and the
+    # GPU comparison run); "off" the per-batch step. Either fixed mode needs the packed top-layer
+    # path and a batch that fits micro_batch_tokens whole; otherwise the per-batch step runs.
+    graph_step: Literal["auto", "eager", "off"] = "auto"
 
     def for_labels(self, n_labels: int) -> TrainConfig:
         """This config for a project of ``n_labels`` labels: ``wide_top_layers`` replaces a smaller
@@ -184,6 +191,8 @@ class TrainConfig:
             raise ValueError(f"loss must be 'full_vocab' or 'label_softmax', not {self.loss!r}")
         if self.precision not in ("auto", "float32"):
             raise ValueError(f"precision must be 'auto' or 'float32', not {self.precision!r}")
+        if self.graph_step not in ("auto", "eager", "off"):
+            raise ValueError(f"graph_step must be 'auto', 'eager' or 'off', not {self.graph_step!r}")
 
 
 @dataclass(frozen=True)
@@ -334,25 +343,80 @@ class _Run:
         started = time.monotonic()
         checkpoint = self._latest_checkpoint()
         model = self._model(checkpoint)
+        model.train()
+        self._split = self._split_stack(model)
+        mode = self._fixed_mode()
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        optimizer = self._optimizer(params, graph=mode == "graph")
         step, losses, seconds = 0, [], 0.0
         if checkpoint is not None:
             optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=self.device))
+            if mode == "graph":  # the captured update reads the rate from a device tensor in place
+                for group in optimizer.param_groups:
+                    group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
             state = json.loads((checkpoint / "state.json").read_text())
             step, losses, seconds = state["step"], state["losses"], state["seconds"]
-        model.train()
-        self._split = self._split_stack(model)
+        fixed = None if mode is None else self._fixed_step(params, optimizer, graph=mode == "graph")
+        pending: list[Any] = []  # the fixed step's losses, still on the device (read in one sync)
         if progress is not None:
             progress(step, self.total)
         while step < self.total:
-            losses.append(self._step(model, optimizer, params, step))
+            if fixed is None:
+                losses.append(self._step(model, optimizer, params, step))
+            else:
+                torch.manual_seed(self.config.seed * 1_000_003 + step)  # as _step: (seed, step) only
+                pending.append(fixed.step(self._batch_indices(step), self._lr(step)))
             step += 1
             if self.config.checkpoint_every and step % self.config.checkpoint_every == 0 and step < self.total:
+                losses, pending = losses + _host(pending), []
                 self._checkpoint(model, optimizer, step, losses, seconds + time.monotonic() - started)
             if progress is not None:
                 progress(step, self.total)
-        return self._publish(model, losses, seconds + time.monotonic() - started)
+        losses = losses + _host(pending)
+        mode = None if fixed is None else fixed.mode  # "eager" if a capture failed
+        return self._publish(model, losses, seconds + time.monotonic() - started, mode)
+
+    def _optimizer(self, params: list[Any], *, graph: bool) -> Any:
+        import torch
+
+        if not graph:
+            return torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay)
+        # capturable: the step count and the rate live on the device, so one captured update serves every step
+        lr = torch.tensor(self.config.lr, device=self.device)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, capturable=True)
+
+    def _fixed_mode(self) -> str | None:
+        """ "graph" or "eager" when the run's steps go through training.graphstep, else None."""
+        config = self.config
+        if config.graph_step == "off" or self._split is None or not config.packed:
+            return None
+        widest = max(len(ex.suffix) for ex in self.examples)
+        if config.batch_size * widest > config.micro_batch_tokens:  # the per-batch step would split it
+            return None
+        if config.graph_step == "eager":
+            return "eager"
+        if self.device.startswith("cuda") and config.dropout == 0 and not self.bf16:
+            return "graph"
+        return None
+
+    def _fixed_step(self, params: list[Any], optimizer: Any, *, graph: bool) -> Any:
+        from training.graphstep import FixedStep
+
+        split = self._split
+        assert split is not None
+        label_softmax = self.config.loss == "label_softmax"
+        return FixedStep(
+            stack=split.stack,
+            prefix_hidden=split.prefix_hidden,
+            hidden=split.hidden,
+            targets=[ex.target_index if label_softmax else ex.target_id for ex in self.examples],
+            label_ids=self.renderer.label_token_ids if label_softmax else None,
+            batch_size=min(self.config.batch_size, len(self.examples)),
+            params=params,
+            optimizer=optimizer,
+            max_grad_norm=self.config.max_grad_norm,
+            graph=graph,
+        )
 
     def _model(self, checkpoint: Path | None) -> Any:
         import torch
@@ -507,7 +571,7 @@ class _Run:
             if older != final:
                 shutil.rmtree(older, ignore_errors=True)
 
-    def _publish(self, model: Any, losses: list[float], seconds: float) -> TrainedAdapter:
+    def _publish(self, model: Any, losses: list[float], seconds: float, mode: str | None) -> TrainedAdapter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -525,6 +589,8 @@ class _Run:
             "warm_from": None if self.warm_from is None else str(self.warm_from),
             # layers run once per run instead of every step (0: the whole model ran every step)
             "trunk_layers": 0 if self._split is None else self._split.stack.start,
+            # "graph": fixed-shape steps replayed from one CUDA graph, "eager": fixed shapes, None: per batch
+            "fixed_step": mode,
         }
         (tmp / TRAINING_INFO).write_text(json.dumps(info, indent=1))
         (tmp / DONE_MARKER).write_text(content_hash + "\n")
@@ -550,6 +616,15 @@ class _Split:
     stack: Any  # scoring.toplayers.SplitStack
     prefix_hidden: Any  # [1, P, d]
     hidden: list[Any]  # per example, [suffix len, d]
+
+
+def _host(losses: list[Any]) -> list[float]:
+    """Device scalars as floats, in one transfer."""
+    if not losses:
+        return []
+    import torch
+
+    return [float(x) for x in torch.stack(losses).tolist()]
 
 
 def _linear_names(model: Any) -> list[str]:

@@ -149,6 +149,8 @@ COLD_REASONS = {
     "random": "no adapter yet, so a uniform draw (a project run as random always starts that way)",
     "diversity": "no adapter yet, so items far from each other and from the labels (farthest-first over the "
     "text embeddings)",
+    "hedged": "no adapter yet, so half the most typical items of the pool's regions and half a uniform draw "
+    "(a class the regions miss keeps its share)",
 }
 
 

@@ -181,6 +181,71 @@ def test_top_layer_training_equals_full_prompt_training(
     assert adapter_start_layer(warm.path) == 1 and warm.losses[0] < split.losses[0]
 
 
+@pytest.mark.parametrize("loss", ["full_vocab", "label_softmax"])
+def test_fixed_shape_step_equals_per_batch_step(
+    sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path, loss: str
+) -> None:
+    """The step a CUDA graph replays (training.graphstep), run eagerly: every step padded to the
+    run's widest sequence, the short last batch of each epoch (24 items in batches of 7: 3 rows)
+    padded with rows of weight 0 — the same losses and the same adapter as the per-batch step."""
+    config = replace(CONFIG, batch_size=7, loss=loss)  # type: ignore[arg-type]
+    per_batch = train(sharp_dir, renderer, tmp_path / "per-batch", replace(config, graph_step="off"))
+    fixed = train(sharp_dir, renderer, tmp_path / "fixed", replace(config, graph_step="eager"))
+    assert len(fixed.losses) == len(per_batch.losses) == 12
+    np.testing.assert_allclose(fixed.losses, per_batch.losses, rtol=1e-4, atol=1e-5)
+    assert np.mean(fixed.losses[-3:]) < fixed.losses[0] - 1
+    paths = {"f": fixed.path, "p": per_batch.path}
+    step_of = {run: json.loads((Path(path) / "training.json").read_text())["fixed_step"] for run, path in paths.items()}
+    assert step_of == {"f": "eager", "p": None}
+    from safetensors.torch import load_file
+
+    a = load_file(str(Path(fixed.path) / "adapter_model.safetensors"))
+    b = load_file(str(Path(per_batch.path) / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-3, atol=1e-5)
+    # on the CPU, "auto" (capture only on CUDA) keeps the per-batch step
+    auto = train(sharp_dir, renderer, tmp_path / "auto", config)
+    assert json.loads((Path(auto.path) / "training.json").read_text())["fixed_step"] is None
+
+
+def test_fixed_shape_step_resumes_to_the_uninterrupted_result(
+    sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path
+) -> None:
+    """A run of fixed-shape steps killed after a checkpoint resumes (weights and AdamW state) to
+    the very adapter and losses of an uninterrupted run."""
+    config = replace(CONFIG, batch_size=7, checkpoint_every=4, graph_step="eager")
+    whole = train(sharp_dir, renderer, tmp_path / "whole", config)
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_step_6(done: int, total: int) -> None:
+        if done == 6:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(sharp_dir, renderer, tmp_path / "resumed", config, progress=kill_at_step_6)
+    seen: list[int] = []
+    resumed = train(sharp_dir, renderer, tmp_path / "resumed", config, progress=lambda d, t: seen.append(d))
+    assert seen[0] == 4
+    assert resumed.content_hash == whole.content_hash and resumed.losses == whole.losses
+
+
+def test_fixed_shape_step_falls_back_when_a_batch_would_be_split(
+    sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path
+) -> None:
+    """A batch larger than micro_batch_tokens is split by the per-batch step; the fixed step does
+    not split, so it steps aside rather than change what is computed at once."""
+    adapter = train(sharp_dir, renderer, tmp_path / "a", replace(CONFIG, micro_batch_tokens=8, graph_step="eager"))
+    assert json.loads((Path(adapter.path) / "training.json").read_text())["fixed_step"] is None
+
+
+def test_graph_step_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="graph_step"):
+        TrainConfig(graph_step="always")  # type: ignore[arg-type]
+
+
 def test_top_layers_bounds() -> None:
     with pytest.raises(ValueError):
         TrainConfig(top_layers=-1)

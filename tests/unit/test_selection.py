@@ -17,6 +17,7 @@ from scoring.selection import (
     label_mass_filter,
     select_batch,
     select_cold_start,
+    select_hedged,
     select_strategy,
     select_typical,
     spherical_kmeans,
@@ -199,14 +200,14 @@ def test_chunked_similarity_equals_one_big_tile() -> None:
     )
 
 
-@pytest.mark.parametrize("mode", ["random", "diversity", "typical"])
+@pytest.mark.parametrize("mode", ["random", "diversity", "typical", "hedged"])
 def test_cold_start_modes(mode: str) -> None:
     rng = np.random.default_rng(6)
     emb = _unit(rng, 100, 8)
     sel = select_cold_start(emb, np.empty((0, 8), np.float32), b=10, rng=3, mode=mode)  # type: ignore[arg-type]
     again = select_cold_start(emb, np.empty((0, 8), np.float32), b=10, rng=3, mode=mode)  # type: ignore[arg-type]
     assert len(np.unique(sel.indices)) == 10
-    assert sel.is_random.all() == (mode == "random")
+    assert sel.is_random.sum() == {"random": 10, "hedged": 5}.get(mode, 0)
     np.testing.assert_array_equal(sel.indices, again.indices)
 
 
@@ -278,16 +279,36 @@ def test_typical_cold_start_fills_the_regions_the_labels_miss() -> None:
     assert blob[sel.indices[0]] == 2
 
 
+@pytest.mark.parametrize("pick", [select_typical, select_hedged])
 @FAST
 @given(n=st.integers(2, 60), b=st.integers(1, 60), n_labeled=st.integers(0, 5), seed=st.integers(0, 2**16))
-def test_typical_cold_start_batch_is_valid_and_deterministic(n: int, b: int, n_labeled: int, seed: int) -> None:
+def test_typical_and_hedged_cold_batches_are_valid_and_deterministic(
+    pick: Any, n: int, b: int, n_labeled: int, seed: int
+) -> None:
     b = min(b, n)
     rng = np.random.default_rng(seed)
     x, labeled = _unit(rng, n, 4), _unit(rng, n_labeled, 4)
-    sel = select_typical(x, labeled, b=b, rng=seed)
+    sel = pick(x, labeled, b=b, rng=seed)
     assert len(sel.indices) == b == len(np.unique(sel.indices))
+    assert sel.is_random.sum() == (b - b // 2 if pick is select_hedged else 0)  # the uniform half
     assert ((sel.indices >= 0) & (sel.indices < n)).all()
-    np.testing.assert_array_equal(sel.indices, select_typical(x, labeled, b=b, rng=seed).indices)
+    np.testing.assert_array_equal(sel.indices, pick(x, labeled, b=b, rng=seed).indices)
+
+
+def test_hedged_cold_start_is_half_typical_half_uniform() -> None:
+    """The typical half takes one central item per region; the uniform half follows the pool's mix,
+    so a class the regions miss still gets its share."""
+    rng = np.random.default_rng(14)
+    x, blob = _blobs(rng, [300, 120, 60, 30, 12], spread=0.08)
+    sel = select_hedged(x, np.empty((0, 16), np.float32), b=11, rng=0)
+    typical, uniform = sel.indices[~sel.is_random], sel.indices[sel.is_random]
+    assert len(typical) == 5 and len(uniform) == 6 and len(np.unique(sel.indices)) == 11
+    assert sorted(blob[typical].tolist()) == [0, 1, 2, 3, 4]
+    picks = [select_hedged(x, np.empty((0, 16), np.float32), b=41, rng=s) for s in range(20)]
+    uniform_share = np.mean(np.concatenate([blob[p.indices[p.is_random]] for p in picks]) == 0)
+    typical_share = np.mean(np.concatenate([blob[p.indices[~p.is_random]] for p in picks]) == 0)
+    # the uniform half follows the pool's mix (blob 0: 300 of 522), the typical half the regions'
+    assert abs(uniform_share - 300 / 522) < 0.06 and typical_share < uniform_share - 0.1
 
 
 def test_typical_cold_start_clusters_a_sample_of_a_large_pool(monkeypatch: pytest.MonkeyPatch) -> None:
