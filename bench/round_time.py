@@ -236,7 +236,8 @@ def _members(refs: list[Any]) -> list[dict[str, Any]]:
         info = json.loads((Path(ref.path) / "training.json").read_text())
         losses = info["losses"]
         rows.append({"fixed_step": info.get("fixed_step"), "seconds": info["seconds"], "steps": info["steps"],
-                     "first_loss": losses[0], "last_loss": losses[-1]})  # fmt: skip
+                     "phases": info.get("phase_seconds"), "first_loss": losses[0],
+                     "last_loss": losses[-1]})  # fmt: skip
     return rows
 
 

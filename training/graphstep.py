@@ -7,7 +7,8 @@ clipping and the AdamW update — and replays them with one launch.
 
 A graph replays fixed shapes at fixed addresses, so every step of a run is made the same shape:
 - the packed sequence (the shared prefix + the batch's suffixes, ``SplitStack.top_last_packed``)
-  is padded to the run's widest possible one: the prefix plus the ``batch_size`` longest suffixes.
+  is padded to the run's widest: the prefix plus the most suffix tokens any of the run's batches
+  holds (all steps', whatever step a resumed run starts from, so a resumed run pads alike).
   Padding tokens form a block of their own (they attend to each other only, nobody attends to
   them), so they change no real token's output and receive no gradient;
 - a short batch (the last of an epoch) is padded to ``batch_size`` rows whose loss weight is 0;
@@ -51,6 +52,7 @@ class FixedStep:
         targets: Sequence[int],  # per example: the class the loss pushes towards (vocab id or label index)
         label_ids: Sequence[int] | None,  # restrict the softmax to these vocab ids (label_softmax), or None
         batch_size: int,
+        suffix_tokens: int,  # the most suffix tokens any batch of the run holds: fixes the sequence width
         params: list[Any],
         optimizer: Any,
         max_grad_norm: float,
@@ -63,8 +65,7 @@ class FixedStep:
         self.prefix_hidden, self.hidden = prefix_hidden, list(hidden)
         self.n_prefix = int(prefix_hidden.shape[1])
         device = prefix_hidden.device
-        lengths = sorted((int(h.shape[0]) for h in self.hidden), reverse=True)
-        self.width = self.n_prefix + sum(lengths[:batch_size])
+        self.width = self.n_prefix + suffix_tokens
         self.all_targets = torch.tensor(list(targets), dtype=torch.long)
         self.label_ids = None if label_ids is None else torch.tensor(list(label_ids), device=device)
         d = int(prefix_hidden.shape[-1])
@@ -89,6 +90,8 @@ class FixedStep:
         lengths = torch.tensor([int(self.hidden[i].shape[0]) for i in indices])
         n_real = self.n_prefix + int(lengths.sum())
         n_pad = self.width - n_real
+        if n_pad < 0:
+            raise ValueError(f"a batch of {n_real} tokens for a step {self.width} wide")
         rows = [self.hidden[i] for i in indices]
         with torch.no_grad():
             self.x[0, : self.n_prefix].copy_(self.prefix_hidden[0])

@@ -336,6 +336,7 @@ class _Run:
         self.bf16 = config.precision == "auto" and device.startswith("cuda")
         self.prefix_ids = examples[0].input_ids[: examples[0].prefix_len]
         self._split: _Split | None = None  # set by train() when only the top layers are adapted
+        self.phases: dict[str, float] = {}  # seconds per phase of this call (not a resumed run's earlier ones)
 
     def train(self, progress: Progress | None) -> TrainedAdapter:
         import torch
@@ -344,7 +345,9 @@ class _Run:
         checkpoint = self._latest_checkpoint()
         model = self._model(checkpoint)
         model.train()
+        self._phase("load", started)
         self._split = self._split_stack(model)
+        self._phase("trunk", started)
         mode = self._fixed_mode()
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = self._optimizer(params, graph=mode == "graph")
@@ -373,8 +376,18 @@ class _Run:
             if progress is not None:
                 progress(step, self.total)
         losses = losses + _host(pending)
+        self._phase("steps", started)
         mode = None if fixed is None else fixed.mode  # "eager" if a capture failed
         return self._publish(model, losses, seconds + time.monotonic() - started, mode)
+
+    def _phase(self, name: str, started: float) -> None:
+        """Seconds from ``started`` to the end of phase ``name`` (the device's work included), kept for
+        training.json: where a run's time goes (loading, the frozen trunk, the steps)."""
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        self.phases[name] = round(time.monotonic() - started - sum(self.phases.values()), 3)
 
     def _optimizer(self, params: list[Any], *, graph: bool) -> Any:
         import torch
@@ -412,6 +425,9 @@ class _Run:
             targets=[ex.target_index if label_softmax else ex.target_id for ex in self.examples],
             label_ids=self.renderer.label_token_ids if label_softmax else None,
             batch_size=min(self.config.batch_size, len(self.examples)),
+            suffix_tokens=max(
+                sum(len(self.examples[i].suffix) for i in self._batch_indices(step)) for step in range(self.total)
+            ),
             params=params,
             optimizer=optimizer,
             max_grad_norm=self.config.max_grad_norm,
@@ -591,6 +607,7 @@ class _Run:
             "trunk_layers": 0 if self._split is None else self._split.stack.start,
             # "graph": fixed-shape steps replayed from one CUDA graph, "eager": fixed shapes, None: per batch
             "fixed_step": mode,
+            "phase_seconds": self.phases,
         }
         (tmp / TRAINING_INFO).write_text(json.dumps(info, indent=1))
         (tmp / DONE_MARKER).write_text(content_hash + "\n")

@@ -197,6 +197,8 @@ def test_fixed_shape_step_equals_per_batch_step(
     paths = {"f": fixed.path, "p": per_batch.path}
     step_of = {run: json.loads((Path(path) / "training.json").read_text())["fixed_step"] for run, path in paths.items()}
     assert step_of == {"f": "eager", "p": None}
+    phases = json.loads((Path(fixed.path) / "training.json").read_text())["phase_seconds"]
+    assert set(phases) == {"load", "trunk", "steps"} and all(v >= 0 for v in phases.values())
     from safetensors.torch import load_file
 
     a = load_file(str(Path(fixed.path) / "adapter_model.safetensors"))
