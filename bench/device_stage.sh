@@ -10,6 +10,9 @@
 # by ~1e-3 cosine), the six data sets of ../shared/data (train/test CSVs), and the pure-Python
 # wheels Django, Celery and our other imports need (.whl/, for python 3.12).
 # On the GPU machine, each call copies its part into /root/stage; bench/device_install.sh unpacks.
+# Four calls, back to back (the machine is given back ~30 s after a call): part-00 with SHA256SUMS,
+# part-01, part-02, then .whl/ with the first real command (since session 10 the working tree, ~13 MB,
+# no longer fits beside part-02 and .whl/ together).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for d in /.devstage/ /.whl/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done

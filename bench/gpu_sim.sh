@@ -46,6 +46,8 @@ export ALANN_SIM_THREADS=${THREADS:-1}
 # of 200 (not the app's 500): the κ signal in the records at 40 % of the evaluation's extra prompts.
 LOOP=${LOOP:-'{"max_context": "auto", "arms": false, "stop_set_size": 200, "train": {"epochs": 3, "max_steps": 48, "batch_size": 32, "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1048576, "dropout": 0.0, "top_layers": 8, "wide_top_layers": 16, "min_steps": 48}}'}
 # COLD_MODE=<mode>: every strategy but random starts with that cold mode instead of the app's default.
+# Session 10's records (commit aba57f2) ran with TrainConfig.graph_step "auto", then the default; it is
+# opt-in since (a leak, see training/lora.py): add "graph_step": "auto" to LOOP's "train" to run them so.
 [ -n "${COLD_MODE:-}" ] && LOOP="${LOOP%\}}, \"cold_mode\": \"$COLD_MODE\"}"
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1

@@ -61,7 +61,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _top(layers: int, batch: int, steps: int, *, packed: bool, graph_step: str = "auto") -> dict[str, Any]:
+def _top(layers: int, batch: int, steps: int, *, packed: bool, graph_step: str = "off") -> dict[str, Any]:
     """LoRA on the last ``layers`` of SmolLM2's 30 (TrainConfig.top_layers): the trunk's output is
     computed once per run (training) and kept by the engine (scoring, evaluation); float32, no dropout."""
     train = {"prefix_sharing": True, "precision": "float32", "batch_size": batch, "epochs": 3, "max_steps": steps,
@@ -78,9 +78,10 @@ CONFIGS.update(
     top8=_top(8, 32, 60, packed=False),
     top8p=_top(8, 32, 60, packed=True),
     top16p=_top(16, 32, 60, packed=True),  # what a project of more than 50 labels adapts (wide_top_layers)
-    # The trainer's fixed-shape step replayed from a CUDA graph is the default ("auto") since session 10;
-    # "-eager" runs the per-batch step of sessions 6-9.
-    **{f"top{n}p-eager": _top(n, 32, 60, packed=True, graph_step="off") for n in (8, 16)},
+    # The fixed-shape step replayed from a CUDA graph (TrainConfig.graph_step "auto", opt-in). Session 10's
+    # files round-time-graph-*-e64ce82.json name it "top8p"/"top16p" and the per-batch step "-eager" (the
+    # options each row ran with are in the file); at aba57f2 "top8p" was the graph step too.
+    **{f"top{n}p-graph": _top(n, 32, 60, packed=True, graph_step="auto") for n in (8, 16)},
     top8b64=_top(8, 64, 24, packed=False),
     top12b64=_top(12, 64, 24, packed=False),
 )

@@ -159,13 +159,18 @@ class TrainConfig:
     # CLINC150 (151 labels, 3 seeds, H200, bench/RESULTS.md session 8): 16 layers instead of 8 took
     # active to 71.0 % at 1,000 labels (67.7 with 8) and random to 67.4 (66.0), 4.0 GiB a job.
     wide_top_layers: int = 0
-    # The packed top-layer step at fixed shapes (training.graphstep): "auto" captures it once as a
-    # CUDA graph and replays it every step, on a CUDA device with no dropout in float32 (a step of a
-    # 135M model's top layers is bound by dispatching ~1,550 small operators, not by the GPU);
-    # "eager" runs the fixed-shape step without capture on any device (what the CPU tests and the
-    # GPU comparison run); "off" the per-batch step. Either fixed mode needs the packed top-layer
-    # path and a batch that fits micro_batch_tokens whole; otherwise the per-batch step runs.
-    graph_step: Literal["auto", "eager", "off"] = "auto"
+    # The packed top-layer step at fixed shapes (training.graphstep). "auto": captured once as a CUDA
+    # graph and replayed every step, on a CUDA device with no dropout in float32 (a step of a 135M
+    # model's top layers is bound by dispatching ~1,550 small operators): on the H200 a 500-label K=2
+    # round took 6.89 s instead of 11.71 (8 layers) and 10.42 instead of 14.01 (16), the same losses
+    # to 1e-5 (bench/RESULTS.md, session 10). Not the default: in a long-lived process each run keeps
+    # ~100 MB of GPU memory it does not give back (a simulation job's peak reserved memory grew by
+    # ~200 MiB a round to 4.1-5.6 GiB at 1,000 labels, where the per-batch step levels off at ~2 GiB),
+    # which a gpu worker serving round after round cannot afford until that is found. "eager": the
+    # fixed-shape step without capture, on any device (what the CPU tests run). "off": the per-batch
+    # step. A fixed mode needs the packed top-layer path and a batch that fits micro_batch_tokens whole;
+    # otherwise the per-batch step runs.
+    graph_step: Literal["auto", "eager", "off"] = "off"
 
     def for_labels(self, n_labels: int) -> TrainConfig:
         """This config for a project of ``n_labels`` labels: ``wide_top_layers`` replaces a smaller

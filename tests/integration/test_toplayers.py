@@ -207,7 +207,7 @@ def test_fixed_shape_step_equals_per_batch_step(
     for name in a:
         np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-3, atol=1e-5)
     # on the CPU, "auto" (capture only on CUDA) keeps the per-batch step
-    auto = train(sharp_dir, renderer, tmp_path / "auto", config)
+    auto = train(sharp_dir, renderer, tmp_path / "auto", replace(config, graph_step="auto"))
     assert json.loads((Path(auto.path) / "training.json").read_text())["fixed_step"] is None
 
 
