@@ -26,7 +26,8 @@ Opt-in (``TrainConfig.graph_step = "auto"``): measured on the H200 (bench/RESULT
 the captured step gives the eager step's losses to 1e-5 and a 500-label round in 6.89 s instead of
 11.71, but a process that trains run after run keeps ~100 MB of GPU memory per run — not Python
 objects (no FixedStep, graph or model outlives its run: checked with gc), so somewhere in the
-allocator's handling of the graphs' private pools; not yet found.
+allocator's handling of the graphs' private pools. Since then every capture of a process uses one
+stream and one pool (``_capture_resources``): a candidate fix, not yet measured.
 
 ``FixedStep(graph=False)`` runs the same fixed-shape step eagerly on any device: the CPU tests
 compare it with the per-batch step (tests/integration/test_toplayers.py); on the GPU bench/round_time.py
@@ -185,18 +186,47 @@ class FixedStep:
     def _record(self) -> None:
         import torch
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        stream, pool = _capture_resources(self.x.device, self)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             for _ in range(WARMUP_STEPS):
                 self.optimizer.zero_grad(set_to_none=True)
                 self._compute()
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream().wait_stream(stream)
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward allocates (and then refills) .grad
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
             self.loss = self._compute()
         self.graph = graph
+
+
+# One warm-up/capture stream and one graph memory pool per device for the process: the caching
+# allocator keeps a segment for the stream it was allocated on, so a new stream per run leaves the
+# last run's segments unusable to the next; SGLang reuses one capture stream and one pool for this
+# reason (sgl-project/sglang#33220). The runs of a process capture one after another and an old run's
+# graph never replays after a new capture, the condition for graphs to share a pool (torch.cuda.graph);
+# if an earlier FixedStep with a graph is still alive, the capture takes a private pool instead.
+# Candidate fix for the memory session 10 saw kept run after run (bench/RESULTS.md): not yet measured.
+_SHARED: dict[str, tuple[Any, Any]] = {}
+_IN_SHARED_POOL: dict[str, Any] = {}  # device -> WeakSet of the FixedSteps whose graph lives in its pool
+
+
+def _capture_resources(device: Any, step: FixedStep) -> tuple[Any, Any]:
+    """(stream, pool) for a capture on ``device``: the shared ones, or a fresh private pool (None)
+    while a graph captured into the shared pool is still alive (it might replay)."""
+    import weakref
+
+    import torch
+
+    key = str(device)
+    if key not in _SHARED:
+        _SHARED[key] = (torch.cuda.Stream(device=device), torch.cuda.graph_pool_handle())
+        _IN_SHARED_POOL[key] = weakref.WeakSet()
+    stream, pool = _SHARED[key]
+    if any(other.graph is not None for other in _IN_SHARED_POOL[key] if other is not step):
+        return stream, None
+    _IN_SHARED_POOL[key].add(step)
+    return stream, pool
 
 
 def _snapshot(params: list[Any], optimizer: Any) -> tuple[list[Any], dict[int, dict[str, Any]] | None]:

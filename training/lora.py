@@ -166,7 +166,8 @@ class TrainConfig:
     # to 1e-5 (bench/RESULTS.md, session 10). Not the default: in a long-lived process each run keeps
     # ~100 MB of GPU memory it does not give back (a simulation job's peak reserved memory grew by
     # ~200 MiB a round to 4.1-5.6 GiB at 1,000 labels, where the per-batch step levels off at ~2 GiB),
-    # which a gpu worker serving round after round cannot afford until that is found. "eager": the
+    # which a gpu worker serving round after round cannot afford until that is found (a candidate fix,
+    # one capture stream and graph pool per process, is in training.graphstep, not measured). "eager": the
     # fixed-shape step without capture, on any device (what the CPU tests run). "off": the per-batch
     # step. A fixed mode needs the packed top-layer path and a batch that fits micro_batch_tokens whole;
     # otherwise the per-batch step runs.
