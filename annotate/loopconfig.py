@@ -57,10 +57,6 @@ GPU_PROFILE: dict[str, Any] = {
         "dropout": 0.0,
         "top_layers": 8,
         "wide_top_layers": 16,
-        # A batch runs whole (32 rows × suffixes of up to 512 tokens), as bench/gpu_sim.sh measured it
-        # (1,048,576); the default 2,048 would split batches of items over 64 tokens. Whole batches are
-        # also what the CUDA-graph step needs (TrainConfig.graph_step "auto", opt-in: see there).
-        "micro_batch_tokens": 16384,
     },
 }
 
