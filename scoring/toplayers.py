@@ -96,6 +96,26 @@ class _KV:
         return keys, values
 
 
+def packed_layout(n_prefix: int, lengths: Sequence[int], width: int = 0) -> tuple[Any, Any, Any]:
+    """Where each token of a packed sequence (a prefix, then suffixes of ``lengths``) belongs, on the
+    host in a few vectorised ops (moved to the device once, not two small kernels per row):
+    ``block`` [T] (0 = the prefix, j + 1 = suffix j), ``positions`` [T] (each suffix continues the
+    prefix) and ``last`` [rows] (each suffix's last token). ``width`` > the real length pads the
+    sequence with a block of its own at position 0 (SplitStack.top_blocks: nobody else sees it)."""
+    import torch
+
+    sizes = torch.tensor(list(lengths), dtype=torch.long)
+    n_real = n_prefix + int(sizes.sum())
+    n_pad = max(0, width - n_real)
+    starts = n_prefix + torch.cumsum(sizes, 0) - sizes  # each suffix's first index
+    rows = torch.repeat_interleave(torch.arange(1, len(sizes) + 1), sizes)
+    pad_block = torch.full((n_pad,), len(sizes) + 1, dtype=torch.long)
+    block = torch.cat([torch.zeros(n_prefix, dtype=torch.long), rows, pad_block])
+    within = torch.arange(n_real - n_prefix) - torch.repeat_interleave(starts - n_prefix, sizes)
+    positions = torch.cat([torch.arange(n_prefix), n_prefix + within, torch.zeros(n_pad, dtype=torch.long)])
+    return block, positions, starts + sizes - 1
+
+
 class SplitStack:
     """The decoder of ``model`` cut at layer ``start``: trunk = layers[:start], top = layers[start:]."""
 
@@ -237,17 +257,10 @@ class SplitStack:
         import torch
 
         device = prefix_hidden.device
-        n_prefix = int(prefix_hidden.shape[1])
-        lengths = torch.tensor([int(h.shape[0]) for h in suffix_hidden])
-        total = n_prefix + int(lengths.sum())
+        lengths = [int(h.shape[0]) for h in suffix_hidden]
         hidden = torch.cat([prefix_hidden[0], *suffix_hidden], dim=0)[None]
-        # Built on the host in a few vectorised ops and moved once (not two small kernels per row).
-        starts = n_prefix + torch.cumsum(lengths, 0) - lengths  # each suffix's first index
-        rows = torch.repeat_interleave(torch.arange(1, len(lengths) + 1), lengths)
-        block = torch.cat([torch.zeros(n_prefix, dtype=torch.long), rows]).to(device)  # 0 = prefix, j + 1 = row j
-        within = torch.arange(total - n_prefix) - torch.repeat_interleave(starts - n_prefix, lengths)
-        positions = torch.cat([torch.arange(n_prefix), n_prefix + within]).to(device)  # suffixes continue the prefix
-        return self.top_blocks(hidden, block, positions[None], (starts + lengths - 1).to(device))
+        block, positions, last = packed_layout(int(prefix_hidden.shape[1]), lengths)
+        return self.top_blocks(hidden, block.to(device), positions.to(device)[None], last.to(device))
 
     def top_blocks(self, hidden: Any, block: Any, positions: Any, last: Any) -> torch.Tensor:
         """The final-norm hidden state [rows, d] at the indices ``last`` of a packed sequence ``hidden``

@@ -40,6 +40,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from scoring.toplayers import packed_layout
+
 if TYPE_CHECKING:
     import torch
 
@@ -94,8 +96,8 @@ class FixedStep:
 
         if not 0 < len(indices) <= self.batch_size:
             raise ValueError(f"a batch of {len(indices)} rows for a step of {self.batch_size}")
-        lengths = torch.tensor([int(self.hidden[i].shape[0]) for i in indices])
-        n_real = self.n_prefix + int(lengths.sum())
+        lengths = [int(self.hidden[i].shape[0]) for i in indices]
+        n_real = self.n_prefix + sum(lengths)
         n_pad = self.width - n_real
         if n_pad < 0:
             raise ValueError(f"a batch of {n_real} tokens for a step {self.width} wide")
@@ -105,16 +107,10 @@ class FixedStep:
             self.x[0, self.n_prefix : n_real].copy_(torch.cat(rows, dim=0))
             if n_pad:
                 self.x[0, n_real:].zero_()
-        starts = self.n_prefix + torch.cumsum(lengths, 0) - lengths
-        row_of = torch.repeat_interleave(torch.arange(1, len(indices) + 1), lengths)
-        pad_block = torch.full((n_pad,), len(indices) + 1, dtype=torch.long)  # the padding: a block of its own
-        block = torch.cat([torch.zeros(self.n_prefix, dtype=torch.long), row_of, pad_block])
-        within = torch.arange(n_real - self.n_prefix) - torch.repeat_interleave(starts - self.n_prefix, lengths)
-        pad_positions = torch.zeros(n_pad, dtype=torch.long)
-        positions = torch.cat([torch.arange(self.n_prefix), self.n_prefix + within, pad_positions])
+        block, positions, row_last = packed_layout(self.n_prefix, lengths, self.width)
         n_rows = len(indices)
         last = torch.zeros(self.batch_size, dtype=torch.long)
-        last[:n_rows] = starts + lengths - 1
+        last[:n_rows] = row_last
         targets = torch.zeros(self.batch_size, dtype=torch.long)
         targets[:n_rows] = self.all_targets[list(indices)]
         weights = torch.zeros(self.batch_size, dtype=torch.float32)
