@@ -78,6 +78,9 @@ class LoopOptions:
     # The round's predictor (training/blend.py): "auto" blends the adapters' mean with the embedding
     # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
     blend: str
+    # The active strategy's soft-rank exponent (scoring.selection.SelectionConfig.softrank_beta):
+    # draw probability ∝ rank^-β over the committee's uncertainty; 1 (the default) ∝ 1/rank.
+    softrank_beta: float
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
 
@@ -92,6 +95,8 @@ BLEND_MODES = ("auto", "off")
 # TREC +2.1 → +1.7, SST-2 and search snippets +0.7 → +0.3 (bench/RESULTS.md, session 9). A project run
 # as random still starts uniformly.
 DEFAULT_COLD_MODE = "typical"
+DEFAULT_SOFTRANK_BETA = 1.0
+MAX_SOFTRANK_BETA = 8.0  # rank^-8 draws from the top few ranks: as greedy as a soft rank needs to be
 
 
 def _non_negative(raw: Mapping[str, Any], key: str, default: int) -> int:
@@ -121,6 +126,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         arms=bool(raw.get("arms", True)),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
         blend=_blend_mode(raw),
+        softrank_beta=_softrank_beta(raw),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
         engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
     )
@@ -132,6 +138,13 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
     value = str(raw.get("cold_mode", DEFAULT_COLD_MODE))
     if value not in COLD_MODES:
         raise ValueError(f"loop option cold_mode must be one of {list(COLD_MODES)}, got {value!r}")
+    return value
+
+
+def _softrank_beta(raw: Mapping[str, Any]) -> float:
+    value = float(raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA))
+    if not 0.0 <= value <= MAX_SOFTRANK_BETA:
+        raise ValueError(f"loop option softrank_beta must be within [0, {MAX_SOFTRANK_BETA:g}], got {value:g}")
     return value
 
 
@@ -202,6 +215,7 @@ def loop_config(project: Project) -> LoopConfig:
             uncertainty=project.uncertainty,  # type: ignore[arg-type]
             cold_start_batches=project.cold_start_batches,
             cold_mode=opts.cold_mode,  # type: ignore[arg-type]
+            softrank_beta=opts.softrank_beta,
         ),
         rescoring=RescoringConfig(
             candidate_sample=project.candidate_sample,

@@ -51,7 +51,12 @@ LOOP=${LOOP:-'{"max_context": "auto", "arms": false, "stop_set_size": 200, "trai
 # training/lora.py): GRAPH_STEP=auto runs them so again, and the records' gpu_peak_mib shows whether a
 # job's memory still grows round by round.
 [ -n "${COLD_MODE:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["cold_mode"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$COLD_MODE")
+# SOFTRANK_BETA=<β>: the active strategy's soft-rank exponent (loop option softrank_beta, default 1);
+# the report names such runs "active+typical+β<β>".
+[ -n "${SOFTRANK_BETA:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["softrank_beta"] = float(sys.argv[2]); print(json.dumps(d))' "$LOOP" "$SOFTRANK_BETA")
 [ -n "${GRAPH_STEP:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.setdefault("train", {})["graph_step"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$GRAPH_STEP")
+# PRECISION=tf32: the training steps' float32 matmuls in TensorFloat-32 (TrainConfig.precision).
+[ -n "${PRECISION:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.setdefault("train", {})["precision"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$PRECISION")
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$OUT/versions.txt" 2>&1

@@ -46,6 +46,7 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cold-mode", default="random", choices=COLD_MODES, help="seed set of every strategy but random")
+    ap.add_argument("--softrank-beta", type=float, default=1.0, help="the active strategy's soft-rank exponent")
     ap.add_argument("--seed-labels", type=int, default=0, help="seed set size (0: max(2 × classes, 20))")
     ap.add_argument("--batch", type=int, default=0, help="B (0: 25, or 100 with more than 50 classes)")
     ap.add_argument(
@@ -67,8 +68,14 @@ def main() -> int:
         batch=args.batch,
         seed_labels=args.seed_labels,
         cold_mode=args.cold_mode,
+        softrank_beta=args.softrank_beta,
         commit=_commit(),
-        options={"command": " ".join(sys.argv), "cold_mode": args.cold_mode, "holdout": args.holdout},
+        options={
+            "command": " ".join(sys.argv),
+            "cold_mode": args.cold_mode,
+            "holdout": args.holdout,
+            "softrank_beta": args.softrank_beta,
+        },
     )
     for name in args.sets.split(","):
         t0 = time.perf_counter()

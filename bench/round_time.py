@@ -61,10 +61,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _top(layers: int, batch: int, steps: int, *, packed: bool, graph_step: str = "off") -> dict[str, Any]:
+def _top(
+    layers: int, batch: int, steps: int, *, packed: bool, graph_step: str = "off", precision: str = "float32"
+) -> dict[str, Any]:
     """LoRA on the last ``layers`` of SmolLM2's 30 (TrainConfig.top_layers): the trunk's output is
-    computed once per run (training) and kept by the engine (scoring, evaluation); float32, no dropout."""
-    train = {"prefix_sharing": True, "precision": "float32", "batch_size": batch, "epochs": 3, "max_steps": steps,
+    computed once per run (training) and kept by the engine (scoring, evaluation); float32 (or tf32
+    matmuls), no dropout."""
+    train = {"prefix_sharing": True, "precision": precision, "batch_size": batch, "epochs": 3, "max_steps": steps,
              "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0, "top_layers": layers,
              "packed": packed, "graph_step": graph_step}  # fmt: skip
     return {"train": train, "engine": {}}
@@ -82,6 +85,8 @@ CONFIGS.update(
     # files round-time-graph-*-e64ce82.json name it "top8p"/"top16p" and the per-batch step "-eager" (the
     # options each row ran with are in the file); at aba57f2 "top8p" was the graph step too.
     **{f"top{n}p-graph": _top(n, 32, 60, packed=True, graph_step="auto") for n in (8, 16)},
+    # ... with the steps' matmuls in TensorFloat-32 (TrainConfig.precision "tf32", session 11)
+    **{f"top{n}p-graph-tf32": _top(n, 32, 60, packed=True, graph_step="auto", precision="tf32") for n in (8, 16)},
     top8b64=_top(8, 64, 24, packed=False),
     top12b64=_top(12, 64, 24, packed=False),
 )

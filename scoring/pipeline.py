@@ -264,4 +264,5 @@ def select(
         rng=rng,
         committee_p=committee_p,
         shares=shares,
+        beta=config.softrank_beta,
     )

@@ -361,15 +361,17 @@ def select_committee(
     b: int,
     random_share: float,
     rng: RngLike,
+    beta: float = 1.0,
 ) -> Selection:
     """The default batch. 1. the random slice (as select_batch); 2. the rest drawn by soft rank of
-    the committee's uncertainty (1 - margin of ``committee_p``), skipping any draw within
+    the committee's uncertainty (1 - margin of ``committee_p``; draw probability ∝ rank^-``beta``,
+    soft_rank_sample), skipping any draw within
     NEAR_DUPLICATE cosine of a labeled item or of an item already in the batch; if that leaves the
     batch short (a pool of near-duplicates), the skipped draws fill it in draw order."""
     p, x, seeds = _committee_inputs(committee_p, emb, labeled_emb, b, random_share)
     gen = np.random.default_rng(rng)
     random_idx, rest = _random_slice(len(x), b, random_share, gen)
-    order = rest[soft_rank_sample(committee_uncertainty(p[rest]), len(rest), gen)]
+    order = rest[soft_rank_sample(committee_uncertainty(p[rest]), len(rest), gen, beta=beta)]
     taken = _taken(seeds, x, random_idx)
     chosen, _ = _draw_unique(order, b - len(random_idx), x, taken)
     return _selection(random_idx, np.asarray(chosen, dtype=np.int64))
@@ -390,6 +392,7 @@ def select_portfolio(
     random_share: float,
     shares: dict[str, float],
     rng: RngLike,
+    beta: float = 1.0,
 ) -> Selection:
     """The adaptive portfolio's batch (scoring.portfolio): the random slice, then the rest split by
     ``shares`` among the arms — "margin" (top committee uncertainty), "softrank" (the default's
@@ -409,7 +412,7 @@ def select_portfolio(
     arms: list[str] = ["random"] * len(random_idx)
     orders = {
         "margin": rest[_rank_desc(u, gen)],
-        "softrank": rest[soft_rank_sample(u, len(rest), gen)],
+        "softrank": rest[soft_rank_sample(u, len(rest), gen, beta=beta)],
         "random": gen.permutation(rest),
     }
     for arm in ARMS:
@@ -445,9 +448,10 @@ def select_strategy(
     device: str | None = None,
     committee_p: np.ndarray | None = None,
     shares: dict[str, float] | None = None,
+    beta: float = 1.0,
 ) -> Selection:
-    """One entry point per strategy: "active" (random slice + soft-rank committee draws, needs
-    ``committee_p``), "portfolio" (needs ``committee_p`` and the arms' ``shares``),
+    """One entry point per strategy: "active" (random slice + soft-rank committee draws at rank
+    exponent ``beta``, needs ``committee_p``), "portfolio" (needs ``committee_p`` and the arms' ``shares``),
     "margin-kcenter" (random slice + top-M + k-center), "random",
     "uncertainty-only" (top-b, seeded tie-break) and "kcenter-only" (k-center over the whole pool).
     ``uncertainty`` may be None for the arms that ignore it."""
@@ -459,11 +463,13 @@ def select_strategy(
     if name == "active":
         if committee_p is None:
             raise SelectionInputError("strategy 'active' needs the committee's distributions")
-        return select_committee(committee_p, x, labeled_emb, b=b, random_share=random_share, rng=rng)
+        return select_committee(committee_p, x, labeled_emb, b=b, random_share=random_share, rng=rng, beta=beta)
     if name == "portfolio":
         if committee_p is None or shares is None:
             raise SelectionInputError("strategy 'portfolio' needs the committee's distributions and the arms' shares")
-        return select_portfolio(committee_p, x, labeled_emb, b=b, random_share=random_share, shares=shares, rng=rng)
+        return select_portfolio(
+            committee_p, x, labeled_emb, b=b, random_share=random_share, shares=shares, rng=rng, beta=beta
+        )
     if uncertainty is None:
         raise SelectionInputError(f"strategy {name!r} needs uncertainty scores")
     if name == "margin-kcenter":
@@ -632,3 +638,6 @@ class SelectionConfig:
     uncertainty: Literal["margin", "entropy", "bald"] = "margin"
     cold_start_batches: int = 1
     cold_mode: ColdMode = "random"
+    # The soft-rank draws' rank exponent (soft_rank_sample's β) for "active" and the portfolio's
+    # "softrank" arm: 0 uniform, 1 (Kirsch et al.'s default) ∝ 1/rank, larger → top-k.
+    softrank_beta: float = 1.0

@@ -41,6 +41,7 @@ Layout of one run, for ``out_dir = <root>/adapter-0``:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -48,7 +49,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -142,7 +143,12 @@ class TrainConfig:
     # model's step is bound by kernel launches (~11,000 a step), and autocast adds a cast per LoRA
     # weight. On the H200 (bench/train_profile.py, batch 32): float32 0.34 s a step, bf16 0.38 s
     # without dropout, 0.73 s with it (that row ran first in its process, warm-up likely included).
-    precision: Literal["auto", "float32"] = "float32"
+    # "tf32": float32 weights and activations, the training steps' float32 matmuls on a CUDA device
+    # in TensorFloat-32 (10-bit mantissa inputs, float32 accumulation; torch.backends.cuda.matmul
+    # .allow_tf32, set for the run and restored after it); the same as "float32" on a CPU. Meant for
+    # the graph step, which is bound by float32 arithmetic once dispatch is gone (session 10: ~45 ms
+    # a step at 16 layers).
+    precision: Literal["auto", "float32", "tf32"] = "float32"
     # LoRA in the last ``top_layers`` decoder layers only (0: every layer). The layers below are then
     # the frozen base model, so the hidden states entering the first adapted layer are computed once
     # per run and every step runs the top layers alone (scoring/toplayers.py): exact, and a step
@@ -195,8 +201,8 @@ class TrainConfig:
             raise ValueError(f"invalid training config: {self}")
         if self.loss not in ("full_vocab", "label_softmax"):
             raise ValueError(f"loss must be 'full_vocab' or 'label_softmax', not {self.loss!r}")
-        if self.precision not in ("auto", "float32"):
-            raise ValueError(f"precision must be 'auto' or 'float32', not {self.precision!r}")
+        if self.precision not in ("auto", "float32", "tf32"):
+            raise ValueError(f"precision must be 'auto', 'float32' or 'tf32', not {self.precision!r}")
         if self.graph_step not in ("auto", "eager", "off"):
             raise ValueError(f"graph_step must be 'auto', 'eager' or 'off', not {self.graph_step!r}")
 
@@ -345,6 +351,10 @@ class _Run:
         self.phases: dict[str, float] = {}  # seconds per phase of this call (not a resumed run's earlier ones)
 
     def train(self, progress: Progress | None) -> TrainedAdapter:
+        with _matmul_precision(self.device, tf32=self.config.precision == "tf32"):
+            return self._train(progress)
+
+    def _train(self, progress: Progress | None) -> TrainedAdapter:
         import torch
 
         started = time.monotonic()
@@ -755,9 +765,24 @@ def release_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _autocast(device: str, bf16: bool) -> Any:
-    import contextlib
+@contextlib.contextmanager
+def _matmul_precision(device: str, *, tf32: bool) -> Iterator[None]:
+    """TensorFloat-32 float32 matmuls for the block on a CUDA device (TrainConfig.precision "tf32"),
+    the process's setting put back after it; anything else runs the block unchanged."""
+    import torch
 
+    if not (tf32 and device.startswith("cuda")):
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def _autocast(device: str, bf16: bool) -> Any:
     import torch
 
     if not bf16:

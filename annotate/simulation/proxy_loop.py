@@ -57,6 +57,7 @@ class ProxySpec:
     # How the seed set of every strategy but random is drawn (scoring.selection.select_cold_start);
     # random's is always uniform, the same draw as with "random" here.
     cold_mode: str = "random"
+    softrank_beta: float = 1.0  # the active strategy's soft-rank exponent (SelectionConfig.softrank_beta)
     commit: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # recorded with every row
 
@@ -92,6 +93,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             "accuracy": round(acc, 5),  # a fraction, as the harness records it
             "learner": "proxy",
             "cold_mode": "random" if strategy == "random" else spec.cold_mode,
+            "softrank_beta": spec.softrank_beta,
             "batch": len(batch),
             "batch_ids": [f"train-{int(data.pool_rows[i])}" for i in batch],
             "commit": spec.commit,
@@ -120,6 +122,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             rng=gen,
             committee_p=p,
             shares=shares,
+            beta=spec.softrank_beta,
         )
         arms = sel.arms or tuple("random" if r else "active" for r in sel.is_random)
         for pos, arm in zip(sel.indices, arms, strict=True):

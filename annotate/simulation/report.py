@@ -66,11 +66,21 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
     """A strategy whose seed set was not a uniform draw (``cold_mode`` "typical" or "diversity") is
     reported as its own strategy, "<strategy>+<mode>": its curve and random's no longer share round 1.
-    Records without the field (older runs) had a uniform seed set."""
+    Records without the field (older runs) had a uniform seed set. An active or portfolio run whose
+    soft-rank exponent was not 1 gets "+β<value>" as well."""
     mode = str(record.get("cold_mode") or "random")
     if mode != "random" and isinstance(record.get("strategy"), str):
-        return {**record, "strategy": f"{record['strategy']}+{mode}"}
+        record = {**record, "strategy": f"{record['strategy']}+{mode}"}
+    beta = softrank_beta(record)
+    if beta != 1.0 and str(record.get("strategy")).split("+")[0] in ("active", "portfolio"):
+        record = {**record, "strategy": f"{record['strategy']}+β{beta:g}"}
     return record
+
+
+def softrank_beta(record: dict[str, Any]) -> float:
+    """The soft-rank exponent the record's loop drew with (1 for records made before it was an option)."""
+    selection = (record.get("config") or {}).get("selection") or {}
+    return float(record.get("softrank_beta", selection.get("softrank_beta", 1.0)))
 
 
 def data_key(name: str) -> str:

@@ -246,6 +246,41 @@ def test_fixed_shape_step_falls_back_when_a_batch_would_be_split(
 def test_graph_step_option_is_checked() -> None:
     with pytest.raises(ValueError, match="graph_step"):
         TrainConfig(graph_step="always")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="bf16")  # type: ignore[arg-type]
+
+
+def test_tf32_precision_is_float32_on_the_cpu(sharp_dir: Path, renderer: PromptRenderer, tmp_path: Path) -> None:
+    """precision "tf32" changes only a CUDA device's matmuls: on the CPU the adapter is float32's."""
+    import torch
+
+    config = replace(CONFIG, batch_size=7, graph_step="eager")
+    before = torch.backends.cuda.matmul.allow_tf32
+    plain = train(sharp_dir, renderer, tmp_path / "f32", config)
+    tf32 = train(sharp_dir, renderer, tmp_path / "tf32", replace(config, precision="tf32"))
+    assert tf32.losses == plain.losses and tf32.content_hash == plain.content_hash
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_tf32_setting_is_scoped_to_the_run() -> None:
+    """The TF32 switch is on inside a CUDA run only and put back afterwards, also when the run fails."""
+    import torch
+
+    from training.lora import _matmul_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with _matmul_precision("cpu", tf32=True):
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+        with _matmul_precision("cuda:0", tf32=False):
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+        with pytest.raises(KeyError), _matmul_precision("cuda:0", tf32=True):
+            assert torch.backends.cuda.matmul.allow_tf32 is True
+            raise KeyError("the run failed")
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def test_top_layers_bounds() -> None:

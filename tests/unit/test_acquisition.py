@@ -138,3 +138,28 @@ def test_active_strategy_needs_the_committee() -> None:
         "active", None, emb, np.zeros((0, 4)), b=3, m=6, random_share=0.0, rng=0, committee_p=np.full((10, 2), 0.5)
     )
     assert len(sel.indices) == 3
+
+
+def test_committee_batch_follows_the_soft_rank_exponent() -> None:
+    """softrank_beta steers the committee's draws: a larger exponent concentrates them on the most
+    uncertain ranks (β = 8: all from the top few ranks), β = 0 draws uniformly; every β keeps the random slice
+    and the same seeded determinism."""
+    rng = np.random.default_rng(5)
+    emb = _unit(rng, 300, 32)
+    margin = np.linspace(0.0, 0.9, 300)  # item 0 the most uncertain
+    p = np.stack([(1 + margin) / 2, (1 - margin) / 2], axis=1)
+    top50 = {}
+    for beta in (0.0, 1.0, 2.0, 8.0):
+        hits = 0
+        for seed in range(10):
+            sel = select_committee(p, emb, np.zeros((0, 32)), b=20, random_share=0.25, rng=seed, beta=beta)
+            assert sel.is_random.sum() == 5
+            hits += int((sel.indices[~sel.is_random] < 50).sum())
+            again = select_committee(p, emb, np.zeros((0, 32)), b=20, random_share=0.25, rng=seed, beta=beta)
+            np.testing.assert_array_equal(sel.indices, again.indices)
+        top50[beta] = hits / 150  # share of the 15 committee draws x 10 seeds among the 50 most uncertain
+    assert top50[0.0] < 0.35 < top50[1.0] < top50[2.0] < top50[8.0] == 1.0
+    sel = select_strategy(
+        "active", None, emb, np.zeros((0, 32)), b=20, m=40, random_share=0.0, rng=1, committee_p=p, beta=8.0
+    )
+    assert max(sel.indices.tolist()) < 30  # near the top-k batch, shuffled among adjacent ranks

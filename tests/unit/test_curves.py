@@ -189,3 +189,18 @@ def test_a_job_run_again_counts_once_and_a_typical_start_is_its_own_curve(tmp_pa
     assert selected_records([first, second], ["active+typical@c1"]) == [
         r for r in selected_records([second], []) if r["strategy"] == "random"
     ]
+
+
+def test_a_soft_rank_exponent_other_than_one_is_its_own_curve() -> None:
+    """Records of an active run drawn at softrank_beta 2 (in the GPU records' resolved config or the
+    proxy's own field) are "active+typical+β2"; β 1 and records from before the option keep their name."""
+    from annotate.simulation.report import _named_by_start
+
+    base = {"data": "trec", "strategy": "active", "seed": 0, "labels": 100, "accuracy": 0.5, "cold_mode": "typical"}
+    gpu = {**base, "config": {"selection": {"softrank_beta": 2.0}}}
+    assert _named_by_start(gpu)["strategy"] == "active+typical+β2"
+    assert _named_by_start({**base, "softrank_beta": 0.5})["strategy"] == "active+typical+β0.5"
+    assert _named_by_start({**base, "config": {"selection": {"softrank_beta": 1.0}}})["strategy"] == "active+typical"
+    assert _named_by_start(base)["strategy"] == "active+typical"
+    random = {**base, "strategy": "random", "cold_mode": "random", "softrank_beta": 2.0}
+    assert _named_by_start(random)["strategy"] == "random"  # random draws no soft rank

@@ -48,3 +48,11 @@ def test_the_blend_is_on_by_default_and_off_or_a_typo_is_checked() -> None:
     assert parse_loop_options({"profile": "gpu", "blend": "off"}).blend == "off"
     with pytest.raises(ValueError, match=r"blend must be one of \['auto', 'off'\], got 'of'"):
         parse_loop_options({"profile": "cpu", "blend": "of"})
+
+
+def test_the_soft_rank_exponent_is_checked() -> None:
+    assert parse_loop_options({"profile": "cpu"}).softrank_beta == 1.0
+    assert parse_loop_options({"profile": "gpu", "softrank_beta": 2}).softrank_beta == 2.0
+    for bad in (-1, 9):
+        with pytest.raises(ValueError, match=r"softrank_beta must be within \[0, 8\]"):
+            parse_loop_options({"profile": "cpu", "softrank_beta": bad})
