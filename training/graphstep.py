@@ -218,11 +218,8 @@ def _capture_resources(device: Any, step: FixedStep) -> tuple[Any, Any]:
     if key not in _SHARED:
         _SHARED[key] = (torch.cuda.Stream(device=device), torch.cuda.graph_pool_handle())
         _IN_SHARED_POOL[key] = weakref.WeakSet()
-    stream, pool = _SHARED[key]
-    if any(other.graph is not None for other in _IN_SHARED_POOL[key] if other is not step):
-        return stream, None
-    _IN_SHARED_POOL[key].add(step)
-    return stream, pool
+    stream, _pool = _SHARED[key]
+    return stream, None  # a private pool per capture: reusing a released pool trips an allocator assert
 
 
 def _snapshot(params: list[Any], optimizer: Any) -> tuple[list[Any], dict[int, dict[str, Any]] | None]:
