@@ -46,6 +46,13 @@ CPU_PROFILE: dict[str, Any] = {
 # all six sets and the round above took 13.3 s and 2.1 GiB. wide_top_layers 16: a project with more
 # than 50 labels (training.lora.WIDE_LABELS) adapts 16 layers, measured on CLINC150's 151 in session 8
 # (71.0 % instead of 67.7 at 1,000 active labels, 4.0 GiB a job); smaller label sets keep 8.
+# graph_step "auto" and precision "tf32" (session 11): each step replayed from one CUDA graph, its
+# float32 matmuls in TensorFloat-32 — a K=2 round at 500 labels alone on the H200 in 6.2 s (8
+# layers) and 9.6 s (16 layers) instead of 7.5 / 10.9 s with float32 graphs and 15.0 s with the
+# per-batch step at 16 layers (one sitting); a simulation job's GPU memory levels off at 2.1-2.4 GiB
+# (3.8 GiB for CLINC150's 16 layers). micro_batch_tokens 4096: a step's batch must be whole for the
+# graph, so batches of items up to 128 tokens are; longer items take the per-batch step (the packed
+# sequence, and its float block mask, stay ~5k tokens).
 GPU_PROFILE: dict[str, Any] = {
     "max_context": 1024,
     "train": {
@@ -57,6 +64,9 @@ GPU_PROFILE: dict[str, Any] = {
         "dropout": 0.0,
         "top_layers": 8,
         "wide_top_layers": 16,
+        "graph_step": "auto",
+        "precision": "tf32",
+        "micro_batch_tokens": 4096,
     },
 }
 
@@ -79,7 +89,7 @@ class LoopOptions:
     # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
     blend: str
     # The active strategy's soft-rank exponent (scoring.selection.SelectionConfig.softrank_beta):
-    # draw probability ∝ rank^-β over the committee's uncertainty; 1 (the default) ∝ 1/rank.
+    # draw probability ∝ rank^-β over the committee's uncertainty (default 1: scoring.selection.DEFAULT_SOFTRANK_BETA).
     softrank_beta: float
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
@@ -95,7 +105,6 @@ BLEND_MODES = ("auto", "off")
 # TREC +2.1 → +1.7, SST-2 and search snippets +0.7 → +0.3 (bench/RESULTS.md, session 9). A project run
 # as random still starts uniformly.
 DEFAULT_COLD_MODE = "typical"
-DEFAULT_SOFTRANK_BETA = 1.0
 MAX_SOFTRANK_BETA = 8.0  # rank^-8 draws from the top few ranks: as greedy as a soft rank needs to be
 
 
@@ -142,6 +151,8 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
 
 
 def _softrank_beta(raw: Mapping[str, Any]) -> float:
+    from scoring.selection import DEFAULT_SOFTRANK_BETA
+
     value = float(raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA))
     if not 0.0 <= value <= MAX_SOFTRANK_BETA:
         raise ValueError(f"loop option softrank_beta must be within [0, {MAX_SOFTRANK_BETA:g}], got {value:g}")

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.proxy_loop import ProxySpec, append_records, load_data, run_job  # noqa: E402
-from scoring.selection import COLD_MODES, STRATEGIES  # noqa: E402
+from scoring.selection import COLD_MODES, DEFAULT_SOFTRANK_BETA, STRATEGIES  # noqa: E402
 
 POOL_SAMPLE = {"sst2": 20000}  # as the harness and BASELINES.md
 
@@ -46,7 +46,9 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cold-mode", default="random", choices=COLD_MODES, help="seed set of every strategy but random")
-    ap.add_argument("--softrank-beta", type=float, default=1.0, help="the active strategy's soft-rank exponent")
+    ap.add_argument(
+        "--softrank-beta", type=float, default=DEFAULT_SOFTRANK_BETA, help="the active strategy's soft-rank exponent"
+    )
     ap.add_argument("--seed-labels", type=int, default=0, help="seed set size (0: max(2 × classes, 20))")
     ap.add_argument("--batch", type=int, default=0, help="B (0: 25, or 100 with more than 50 classes)")
     ap.add_argument(

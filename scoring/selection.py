@@ -38,6 +38,16 @@ NEEDS_LABELS = frozenset({"active", "portfolio"})  # the proxy member trains on 
 # Cosine similarity above which two texts count as near-duplicates (paraphrase-level for MiniLM):
 # labelling the second teaches the model almost nothing the first did not.
 NEAR_DUPLICATE = 0.95
+# The active strategy's soft-rank exponent: draw probability ∝ rank^-β over the committee's
+# uncertainty. β = 1 (Kirsch et al.'s default) gives ranks beyond the batch a third or more of the
+# draws (of 2,000 candidates, 85 draws: 39 % from ranks > 85); β = 2 keeps the draws stochastic but
+# near the top (< 1 %). β = 2 measured on the H200 (bench/RESULTS.md, session 11; 3 seeds, 1,000
+# labels, the same random arm): Δ area vs random CLINC150 +6.0 (β 1: +4.9), emotion +4.0 (+3.5), the
+# other four within 0.2 — but on SNIPS at 200 labels 1.7 points under the cheap margin loop (β 1:
+# 0.7 over it): its harder batches pulled one seed's blend weight to the proxy alone (86.0 % where
+# the adapters had 91.0). On the cheap learner (train holdouts, 5 seeds): emotion +3.2 (+2.1), the
+# other five within 0.2. So 1 stays the default and 2 is an option (loop option softrank_beta).
+DEFAULT_SOFTRANK_BETA = 1.0
 RngLike = np.random.Generator | int
 
 # Tile side for the candidate × seed similarity pass: a 4096×4096 float32 tile is 64 MiB, big
@@ -361,7 +371,7 @@ def select_committee(
     b: int,
     random_share: float,
     rng: RngLike,
-    beta: float = 1.0,
+    beta: float = DEFAULT_SOFTRANK_BETA,
 ) -> Selection:
     """The default batch. 1. the random slice (as select_batch); 2. the rest drawn by soft rank of
     the committee's uncertainty (1 - margin of ``committee_p``; draw probability ∝ rank^-``beta``,
@@ -392,7 +402,7 @@ def select_portfolio(
     random_share: float,
     shares: dict[str, float],
     rng: RngLike,
-    beta: float = 1.0,
+    beta: float = DEFAULT_SOFTRANK_BETA,
 ) -> Selection:
     """The adaptive portfolio's batch (scoring.portfolio): the random slice, then the rest split by
     ``shares`` among the arms — "margin" (top committee uncertainty), "softrank" (the default's
@@ -448,7 +458,7 @@ def select_strategy(
     device: str | None = None,
     committee_p: np.ndarray | None = None,
     shares: dict[str, float] | None = None,
-    beta: float = 1.0,
+    beta: float = DEFAULT_SOFTRANK_BETA,
 ) -> Selection:
     """One entry point per strategy: "active" (random slice + soft-rank committee draws at rank
     exponent ``beta``, needs ``committee_p``), "portfolio" (needs ``committee_p`` and the arms' ``shares``),
@@ -639,5 +649,5 @@ class SelectionConfig:
     cold_start_batches: int = 1
     cold_mode: ColdMode = "random"
     # The soft-rank draws' rank exponent (soft_rank_sample's β) for "active" and the portfolio's
-    # "softrank" arm: 0 uniform, 1 (Kirsch et al.'s default) ∝ 1/rank, larger → top-k.
-    softrank_beta: float = 1.0
+    # "softrank" arm: 0 uniform, 1 ∝ 1/rank (the default: DEFAULT_SOFTRANK_BETA), larger → top-k.
+    softrank_beta: float = DEFAULT_SOFTRANK_BETA

@@ -22,12 +22,11 @@ optimiser state, cuBLAS workspaces, autograd's streams, as torch.cuda.graph's do
 from a snapshot of the LoRA weights and optimiser state that is restored afterwards, so the
 warm-up leaves no trace in the adapter.
 
-Opt-in (``TrainConfig.graph_step = "auto"``): measured on the H200 (bench/RESULTS.md, session 10)
-the captured step gives the eager step's losses to 1e-5 and a 500-label round in 6.89 s instead of
-11.71, but a process that trains run after run keeps ~100 MB of GPU memory per run — not Python
-objects (no FixedStep, graph or model outlives its run: checked with gc), so somewhere in the
-allocator's handling of the graphs' private pools. Since then every capture of a process uses one
-stream and one pool (``_capture_resources``): a candidate fix, not yet measured.
+The GPU profile's default (``TrainConfig.graph_step = "auto"``, annotate/loopconfig.py): on the H200
+the captured step gives the eager step's losses to 1e-5 (session 10); a 500-label K=2 round took
+7.50 s instead of 14.96 at 16 layers... (bench/RESULTS.md, session 11 has the table). Every capture
+of a process runs on one stream (``_capture_stream``, why below); session 10's one stream per run
+kept ~100 MB of GPU memory per run.
 
 ``FixedStep(graph=False)`` runs the same fixed-shape step eagerly on any device: the CPU tests
 compare it with the per-batch step (tests/integration/test_toplayers.py); on the GPU bench/round_time.py
@@ -182,7 +181,7 @@ class FixedStep:
     def _record(self) -> None:
         import torch
 
-        stream, pool = _capture_resources(self.x.device, self)
+        stream = _capture_stream(self.x.device)
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(WARMUP_STEPS):
@@ -191,35 +190,31 @@ class FixedStep:
         torch.cuda.current_stream().wait_stream(stream)
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward allocates (and then refills) .grad
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=stream):
+        with torch.cuda.graph(graph, stream=stream):
             self.loss = self._compute()
         self.graph = graph
 
 
-# One warm-up/capture stream and one graph memory pool per device for the process: the caching
-# allocator keeps a segment for the stream it was allocated on, so a new stream per run leaves the
-# last run's segments unusable to the next; SGLang reuses one capture stream and one pool for this
-# reason (sgl-project/sglang#33220). The runs of a process capture one after another and an old run's
-# graph never replays after a new capture, the condition for graphs to share a pool (torch.cuda.graph);
-# if an earlier FixedStep with a graph is still alive, the capture takes a private pool instead.
-# Candidate fix for the memory session 10 saw kept run after run (bench/RESULTS.md): not yet measured.
-_SHARED: dict[str, tuple[Any, Any]] = {}
-_IN_SHARED_POOL: dict[str, Any] = {}  # device -> WeakSet of the FixedSteps whose graph lives in its pool
+# One warm-up/capture stream per device for the process. cuBLAS keeps a workspace per (handle,
+# stream), allocated from the caching allocator and never freed while the process lives, so a new
+# stream per run left one run's workspaces behind every run: on the H200 a simulation job's peak
+# reserved memory grew ~200 MiB a round to 4.1 GiB at 1,000 labels (session 10); with one stream it
+# levels off at 2.1-2.4 GiB (8 layers) and 3.8 GiB (CLINC150, 16 layers; session 11). PyTorch's
+# maintainers give the same workaround (pytorch/pytorch#99196). Each capture still takes a private
+# memory pool, freed with its graph at the end of the run: sharing one pool handle across runs
+# tripped the allocator ("use_count > 0" assert in c10's CUDACachingAllocator) on every capture after
+# the first run had released it, and the step ran eagerly.
+_STREAMS: dict[str, Any] = {}
 
 
-def _capture_resources(device: Any, step: FixedStep) -> tuple[Any, Any]:
-    """(stream, pool) for a capture on ``device``: the shared ones, or a fresh private pool (None)
-    while a graph captured into the shared pool is still alive (it might replay)."""
-    import weakref
-
+def _capture_stream(device: Any) -> Any:
+    """The process's warm-up and capture stream for ``device``."""
     import torch
 
     key = str(device)
-    if key not in _SHARED:
-        _SHARED[key] = (torch.cuda.Stream(device=device), torch.cuda.graph_pool_handle())
-        _IN_SHARED_POOL[key] = weakref.WeakSet()
-    stream, _pool = _SHARED[key]
-    return stream, None  # a private pool per capture: reusing a released pool trips an allocator assert
+    if key not in _STREAMS:
+        _STREAMS[key] = torch.cuda.Stream(device=device)
+    return _STREAMS[key]
 
 
 def _snapshot(params: list[Any], optimizer: Any) -> tuple[list[Any], dict[int, dict[str, Any]] | None]:

@@ -166,17 +166,14 @@ class TrainConfig:
     # active to 71.0 % at 1,000 labels (67.7 with 8) and random to 67.4 (66.0), 4.0 GiB a job.
     wide_top_layers: int = 0
     # The packed top-layer step at fixed shapes (training.graphstep). "auto": captured once as a CUDA
-    # graph and replayed every step, on a CUDA device with no dropout in float32 (a step of a 135M
-    # model's top layers is bound by dispatching ~1,550 small operators): on the H200 a 500-label K=2
-    # round took 6.89 s instead of 11.71 (8 layers) and 10.42 instead of 14.01 (16), the same losses
-    # to 1e-5 (bench/RESULTS.md, session 10). Not the default: in a long-lived process each run keeps
-    # ~100 MB of GPU memory it does not give back (a simulation job's peak reserved memory grew by
-    # ~200 MiB a round to 4.1-5.6 GiB at 1,000 labels, where the per-batch step levels off at ~2 GiB),
-    # which a gpu worker serving round after round cannot afford until that is found (a candidate fix,
-    # one capture stream and graph pool per process, is in training.graphstep, not measured). "eager": the
-    # fixed-shape step without capture, on any device (what the CPU tests run). "off": the per-batch
-    # step. A fixed mode needs the packed top-layer path and a batch that fits micro_batch_tokens whole;
-    # otherwise the per-batch step runs.
+    # graph and replayed every step, on a CUDA device with no dropout in float32 or tf32 (a step of a
+    # 135M model's top layers is bound by dispatching ~1,550 small operators): on the H200 a 500-label
+    # K=2 round took 7.50 s (8 layers) and 10.85 s (16) instead of 14.96 s with the per-batch step at
+    # 16 layers, the same losses to 1e-5 (bench/RESULTS.md, sessions 10-11). The GPU profile turns it
+    # on (annotate/loopconfig.py); the dataclass default stays "off" so a caller gets the per-batch
+    # step unless asked. "eager": the fixed-shape step without capture, on any device (what the CPU
+    # tests run). "off": the per-batch step. A fixed mode needs the packed top-layer path and a batch
+    # that fits micro_batch_tokens whole; otherwise the per-batch step runs.
     graph_step: Literal["auto", "eager", "off"] = "off"
 
     def for_labels(self, n_labels: int) -> TrainConfig:
@@ -424,7 +421,7 @@ class _Run:
             return None
         if config.graph_step == "eager":
             return "eager"
-        if self.device.startswith("cuda") and config.dropout == 0 and not self.bf16:
+        if self.device.startswith("cuda") and config.dropout == 0 and not self.bf16:  # float32 or tf32
             return "graph"
         return None
 

@@ -30,7 +30,13 @@ import numpy as np
 
 from scoring import portfolio
 from scoring.proxy import fit_proxy
-from scoring.selection import STRATEGIES, committee_uncertainty, select_cold_start, select_strategy
+from scoring.selection import (
+    DEFAULT_SOFTRANK_BETA,
+    STRATEGIES,
+    committee_uncertainty,
+    select_cold_start,
+    select_strategy,
+)
 
 RANDOM_SHARE = 0.15
 OVERSAMPLE = 4.0
@@ -57,7 +63,7 @@ class ProxySpec:
     # How the seed set of every strategy but random is drawn (scoring.selection.select_cold_start);
     # random's is always uniform, the same draw as with "random" here.
     cold_mode: str = "random"
-    softrank_beta: float = 1.0  # the active strategy's soft-rank exponent (SelectionConfig.softrank_beta)
+    softrank_beta: float = DEFAULT_SOFTRANK_BETA  # the active strategy's soft-rank exponent
     commit: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # recorded with every row
 

@@ -220,7 +220,8 @@ def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str,
         )
         for key in sorted((k for k in by_key if k[0] == data and k[1] != "random"), key=lambda k: strategy_order(k[1])):
             deltas, wins, total = [], 0, 0
-            for seed, curve in by_key[key].items():
+            per_seed = []
+            for seed, curve in sorted(by_key[key].items()):
                 if seed not in rand:
                     continue
                 other = rand[seed]
@@ -228,12 +229,14 @@ def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str,
                 a, b = area(curve, lo, hi), area(other, lo, hi)
                 if a is not None and b is not None:
                     deltas.append(a - b)
+                    per_seed.append(f"{seed}: {a - b:+.1f}")
                 common = sorted(set(curve[0].tolist()) & set(other[0].tolist()))
                 for x in common[1:]:  # the first point is the shared seed set: equal by design
                     total += 1
                     wins += int(at(curve, x) > at(other, x))  # type: ignore[operator]
             row = {"data": data, "strategy": key[1], "seeds": str(len(deltas))}
             row["delta_auc"] = fmt(mean_std(deltas), len(deltas)) if deltas else DASH
+            row["per_seed"] = ", ".join(per_seed) or DASH
             row["wins"] = f"{wins}/{total}" if total else DASH
             for x in (200, 1000):
                 ours = mean_std([at(c, x) for c in by_key[key].values()])
@@ -261,6 +264,13 @@ PAIRED_COLUMNS = (
     ("vs_margin@1000", "vs cheap margin loop @1000"),
     ("commits", "commit"),
 )
+
+
+def per_seed_table(rows: Sequence[dict[str, str]]) -> str:
+    """Each paired row's Δ area under the curve per seed (seed: Δ), the values the mean ± std summarises."""
+    lines = ["| data | strategy | Δ area under curve vs random, per seed |", "|---|---|---|"]
+    lines += [f"| {r['data']} | {r['strategy']} | {r.get('per_seed', DASH)} |" for r in rows]
+    return "\n".join(lines)
 
 
 def paired_table(rows: Sequence[dict[str, str]]) -> str:
@@ -500,7 +510,9 @@ def write_report(
             test_sets_line(records),
             "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
             " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
-            paired_table(paired_rows(records, base)),
+            paired_table(paired := paired_rows(records, base)),
+            "The same Δ seed by seed (seed: strategy minus random, points):",
+            per_seed_table(paired),
             *(
                 [
                     "The predictor's parts on the test set (mean over seeds, accuracy %): the K adapters"
@@ -610,14 +622,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="records.jsonl files or folders holding one")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: the first input's)")
-    parser.add_argument("--plots-dir", type=Path, default=ROOT / "bench" / "plots")
+    parser.add_argument(
+        "--plots-dir",
+        type=Path,
+        default=None,
+        help="where the plots go (default: bench/plots with --readme, which shows them; else the report folder)",
+    )
     parser.add_argument("--baselines", type=Path, default=DEFAULT_BASELINES)
     parser.add_argument("--drop", action="append", default=[], help="[DATA/]STRATEGY@COMMIT: leave those records out")
     parser.add_argument("--readme", type=Path, default=None, help="also rewrite this README's sim-report block")
     args = parser.parse_args()
     first = args.inputs[0]
     out = args.out or (first if first.is_dir() else first.parent)
-    print(write_report(args.inputs, out_dir=out, plots_dir=args.plots_dir, baselines=args.baselines, drop=args.drop))
+    plots_dir = args.plots_dir or (ROOT / "bench" / "plots" if args.readme is not None else out)
+    print(write_report(args.inputs, out_dir=out, plots_dir=plots_dir, baselines=args.baselines, drop=args.drop))
     if args.readme is not None:
         records = selected_records(args.inputs, args.drop)
         sources = [str(p) for p in args.inputs] + [f"--drop {d}" for d in args.drop]

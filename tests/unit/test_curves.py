@@ -204,3 +204,23 @@ def test_a_soft_rank_exponent_other_than_one_is_its_own_curve() -> None:
     assert _named_by_start(base)["strategy"] == "active+typical"
     random = {**base, "strategy": "random", "cold_mode": "random", "softrank_beta": 2.0}
     assert _named_by_start(random)["strategy"] == "random"  # random draws no soft rank
+
+
+def test_the_paired_comparison_is_per_seed_and_its_mean() -> None:
+    """Δ area of each seed is its strategy curve's area minus its own random curve's over the labels
+    both reached; the row's mean ± std and the per-seed column come from the same numbers."""
+    from annotate.simulation.report import paired_rows, per_seed_table
+
+    def rec(strategy: str, seed: int, labels: int, acc: float) -> dict[str, object]:
+        return {"data": "trec", "strategy": strategy, "seed": seed, "labels": labels, "accuracy": acc, "commit": "c1"}
+
+    records = [
+        # seed 0: active +10 points at 200 → area over [100, 200] +5.0; seed 1: active −2 at 200 → −1.0
+        rec("random", 0, 100, 0.5), rec("random", 0, 200, 0.6), rec("active", 0, 100, 0.5), rec("active", 0, 200, 0.7),
+        rec("random", 1, 100, 0.5), rec("random", 1, 200, 0.6), rec("active", 1, 100, 0.5), rec("active", 1, 200, 0.58),
+        rec("active", 2, 100, 0.5), rec("active", 2, 200, 0.9),  # no random curve for seed 2: not paired
+    ]  # fmt: skip
+    (row,) = paired_rows(records, [])
+    assert row["per_seed"] == "0: +5.0, 1: -1.0"
+    assert row["delta_auc"] == "2.0±4.2" and row["seeds"] == "2" and row["wins"] == "1/2"
+    assert "| trec | active | 0: +5.0, 1: -1.0 |" in per_seed_table([row])

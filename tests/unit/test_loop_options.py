@@ -56,3 +56,12 @@ def test_the_soft_rank_exponent_is_checked() -> None:
     for bad in (-1, 9):
         with pytest.raises(ValueError, match=r"softrank_beta must be within \[0, 8\]"):
             parse_loop_options({"profile": "cpu", "softrank_beta": bad})
+
+
+def test_the_gpu_profile_replays_tf32_graph_steps_and_the_cpu_profile_does_not() -> None:
+    gpu = parse_loop_options({"profile": "gpu"}).train
+    assert (gpu.graph_step, gpu.precision, gpu.micro_batch_tokens) == ("auto", "tf32", 4096)
+    cpu = parse_loop_options({"profile": "cpu"}).train
+    assert (cpu.graph_step, cpu.precision) == ("off", "float32")
+    off = parse_loop_options({"profile": "gpu", "train": {"graph_step": "off", "precision": "float32"}}).train
+    assert (off.graph_step, off.precision) == ("off", "float32")
