@@ -159,7 +159,18 @@ def adapters_sentence(adapters: dict[str, Any]) -> str:
         where += f" ({adapters['unreadable']} of {k} not readable)"
     steps = adapters.get("steps")
     trained = f"; each trained {int(steps)} steps of {int(adapters.get('batch_size', 0))} labels" if steps else ""
-    return f"{k} LoRA adapter{'s' if k != 1 else ''}{rank} {where}{trained}"
+    modes = [STEP_MODES.get(str(m), str(m)) for m in adapters.get("step_modes") or []]
+    how = f" ({' / '.join(modes)})" if modes and trained else ""
+    return f"{k} LoRA adapter{'s' if k != 1 else ''}{rank} {where}{trained}{how}"
+
+
+# training.json's "fixed_step" in words (training.graphstep): "eager" is either asked for or what a
+# failed CUDA-graph capture falls back to (the worker's log says which).
+STEP_MODES = {
+    "graph": "each step replayed from one CUDA graph",
+    "eager": "fixed-shape steps without a CUDA graph",
+    "per-batch": "per-batch steps",
+}
 
 
 def blend_sentence(blend: dict[str, Any]) -> str:

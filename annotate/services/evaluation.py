@@ -267,18 +267,22 @@ def _adapters(row: Round) -> dict[str, Any]:
         "batch_size": config.train.batch_size,
         "wide": bool(widened and layers == [config.train.top_layers]),
         "wide_labels": WIDE_LABELS,
+        # how the members' steps ran (training.json "fixed_step"): "graph", "eager" (fixed shapes, no
+        # capture: asked for, or a capture that failed) or "per-batch"; empty for adapters from before
+        "step_modes": sorted({info["step_mode"] for info in infos if info["step_mode"] is not None}),
     }
 
 
 def _adapter_files(path: Path) -> dict[str, Any]:
-    """An adapter's LoRA rank and adapted layers (adapter_config.json) and its steps (training.json);
-    None where a file is missing."""
+    """An adapter's LoRA rank and adapted layers (adapter_config.json), its steps and how they ran
+    (training.json); None where a file or key is missing."""
     config = adapter_config(path) if (path / ADAPTER_CONFIG).is_file() else None
     info = json.loads((path / TRAINING_INFO).read_text()) if (path / TRAINING_INFO).is_file() else {}
     return {
         "rank": config.get("r") if config is not None else None,
         "layers": adapted_layers(config) if config is not None else None,
         "steps": info.get("steps"),
+        "step_mode": (info["fixed_step"] or "per-batch") if "fixed_step" in info else None,
     }
 
 

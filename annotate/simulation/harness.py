@@ -387,6 +387,9 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "cold_mode": _seed_set_mode(row.project_id),
         "selection": {k: v for k, v in (metrics.get("selection") or {}).items() if k != "picks"} or None,
         "stop_kappa": _stop_kappa(row),
+        # the prod adapters' shape and how their steps ran ("graph", "eager", "per-batch"): a CUDA-graph
+        # capture that fails falls back to eager steps, and this is where a run's records show it
+        "adapters": metrics.get("adapters"),
         "config": resolved_config(loop_config(row.project)),
         "batch_ids": [external_id for external_id, _ in batch],
     }

@@ -43,12 +43,12 @@ def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tm
     many = _project("many", WIDE_LABELS + 1)
     row = Round.objects.create(project=many, number=1)
 
-    def adapter(k: int, layers: list[int] | None) -> None:
+    def adapter(k: int, layers: list[int] | None, info: dict[str, Any] | None = None) -> None:
         folder = tmp_path / f"adapter-{len(list(tmp_path.iterdir()))}"
         folder.mkdir()
         if layers is not None:
             (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": layers}))
-            (folder / TRAINING_INFO).write_text(json.dumps({"steps": 48}))
+            (folder / TRAINING_INFO).write_text(json.dumps(info or {"steps": 48}))
         AdapterVersion.objects.update_or_create(
             round=row, arm="prod", k=k, defaults={"project": many, "path": str(folder), "content_hash": f"h{k}"}
         )
@@ -69,6 +69,12 @@ def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tm
     for k in range(2):
         adapter(k, list(range(14, 30)))
     assert summary()[4] is False
+    assert _adapters(row)["step_modes"] == []  # training.json from before "fixed_step" was recorded
+    adapter(0, list(range(14, 30)), {"steps": 48, "fixed_step": "graph"})
+    adapter(1, list(range(14, 30)), {"steps": 48, "fixed_step": None})  # the per-batch step
+    assert _adapters(row)["step_modes"] == ["graph", "per-batch"]
+    adapter(1, list(range(14, 30)), {"steps": 48, "fixed_step": "eager"})  # a capture that fell back
+    assert _adapters(row)["step_modes"] == ["eager", "graph"]
 
 
 def test_a_round_trains_every_arm_on_its_lineages_layer_count(settings: Any, tmp_path: Path) -> None:

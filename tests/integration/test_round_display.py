@@ -112,5 +112,14 @@ def test_the_adapters_line_says_what_was_trained_and_why_more_layers() -> None:
     assert dict(metric_lines(metrics))["Adapters"] == (
         "1 LoRA adapter (rank 8) on every layer; each trained 12 steps of 4 labels"
     )
+    metrics["adapters"] = eight | {"step_modes": ["graph"]}
+    assert dict(metric_lines(metrics))["Adapters"] == (
+        "2 LoRA adapters (rank 8) on the top 8 of 30 layers; each trained 48 steps of 32 labels"
+        " (each step replayed from one CUDA graph)"
+    )
+    metrics["adapters"] = eight | {"step_modes": ["eager", "graph"]}  # one member's capture failed
+    assert dict(metric_lines(metrics))["Adapters"].endswith(
+        "(fixed-shape steps without a CUDA graph / each step replayed from one CUDA graph)"
+    )
     metrics["adapters"] = {"k": 2, "layers": [], "unreadable": 2, "steps": None}
     assert dict(metric_lines(metrics))["Adapters"] == "2 LoRA adapters on layers not recorded"
