@@ -49,7 +49,7 @@ CPU_PROFILE: dict[str, Any] = {
 # graph_step "auto" and precision "tf32" (session 11): each step replayed from one CUDA graph, its
 # float32 matmuls in TensorFloat-32 — a K=2 round at 500 labels alone on the H200 in 6.2 s (8
 # layers) and 9.6 s (16 layers) instead of 7.5 / 10.9 s with float32 graphs and 15.0 s with the
-# per-batch step at 16 layers (one sitting); a simulation job's GPU memory levels off at 2.1-2.4 GiB
+# per-batch step at 16 layers (one sitting); a simulation job's GPU memory levels off at 2.2-3.0 GiB
 # (3.8 GiB for CLINC150's 16 layers). micro_batch_tokens 4096: a step's batch must be whole for the
 # graph, so batches of items up to 128 tokens are; longer items take the per-batch step (the packed
 # sequence, and its float block mask, stay ~5k tokens).

@@ -199,7 +199,7 @@ class FixedStep:
 # stream), allocated from the caching allocator and never freed while the process lives, so a new
 # stream per run left one run's workspaces behind every run: on the H200 a simulation job's peak
 # reserved memory grew ~200 MiB a round to 4.1 GiB at 1,000 labels (session 10); with one stream it
-# levels off at 2.1-2.4 GiB (8 layers) and 3.8 GiB (CLINC150, 16 layers; session 11). PyTorch's
+# levels off at 2.2-3.0 GiB (8 layers) and 3.8 GiB (CLINC150, 16 layers; session 11). PyTorch's
 # maintainers give the same workaround (pytorch/pytorch#99196). Each capture still takes a private
 # memory pool, freed with its graph at the end of the run: sharing one pool handle across runs
 # tripped the allocator ("use_count > 0" assert in c10's CUDACachingAllocator) on every capture after
