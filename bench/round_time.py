@@ -87,6 +87,14 @@ CONFIGS.update(
     **{f"top{n}p-graph": _top(n, 32, 60, packed=True, graph_step="auto") for n in (8, 16)},
     # ... with the steps' matmuls in TensorFloat-32 (TrainConfig.precision "tf32", session 11)
     **{f"top{n}p-graph-tf32": _top(n, 32, 60, packed=True, graph_step="auto", precision="tf32") for n in (8, 16)},
+    # ... and scoring / evaluation with packed batches (HFEngine packed_scoring; not measured yet)
+    **{
+        f"top{n}p-graph-tf32-ps": {
+            **_top(n, 32, 60, packed=True, graph_step="auto", precision="tf32"),
+            "engine": {"packed_scoring": True},
+        }
+        for n in (8, 16)
+    },
     top8b64=_top(8, 64, 24, packed=False),
     top12b64=_top(12, 64, 24, packed=False),
 )

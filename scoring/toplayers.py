@@ -168,6 +168,18 @@ class SplitStack:
         allowed = allowed[:, None]
         return allowed if self._sdpa else self._additive(allowed, dtype)
 
+    def _block_mask(self, block: Any, hidden: Any) -> Any:
+        """[1, 1, T, T] for a packed sequence: block 0 (the prefix) is seen by every token, any other
+        block only by its own tokens, causally (packed_layout's ``block``)."""
+        import torch
+
+        index = torch.arange(int(hidden.shape[1]), device=hidden.device)
+        causal = index[:, None] >= index[None, :]
+        same_block = block[:, None] == block[None, :]
+        sees_prefix = (block == 0)[None, :]
+        allowed = (causal & (same_block | sees_prefix))[None, None]
+        return allowed if self._sdpa else self._additive(allowed, hidden.dtype)
+
     @staticmethod
     def _additive(allowed: Any, dtype: Any) -> Any:
         import torch
@@ -217,6 +229,24 @@ class SplitStack:
         mask = self._suffix_mask(lengths, past, width, device, hidden.dtype)
         hidden, _ = self._run(hidden, range(self.start), positions, mask, self._expand(trunk_kv, n_rows))
         return [hidden[j, : lengths[j]] for j in range(n_rows)]
+
+    def trunk_packed(self, prefix_ids: Sequence[int], suffixes: Sequence[Sequence[int]]) -> list[Any]:
+        """``trunk_suffixes`` for a packed sequence: the prefix and every suffix in one row
+        [1, P + Σ len_i] under the block mask of ``top_blocks`` (each suffix sees the prefix and
+        itself, causally), the prefix recomputed rather than expanded per row. The same states
+        ([len_i, d] each); one forward of P + Σ len_i tokens instead of rows × (P + width)."""
+        import torch
+
+        device = self.decoder.embed_tokens.weight.device
+        lengths = [len(s) for s in suffixes]
+        ids = torch.tensor([[*prefix_ids, *(t for s in suffixes for t in s)]], device=device)
+        block, positions, last = packed_layout(len(prefix_ids), lengths)
+        hidden = self.decoder.embed_tokens(ids)
+        out, _ = self._run(
+            hidden, range(self.start), positions.to(device)[None], self._block_mask(block.to(device), hidden), None
+        )
+        starts = (last + 1 - torch.tensor(lengths)).tolist()
+        return [out[0, a : a + n] for a, n in zip(starts, lengths, strict=True)]
 
     def top_prefix(self, prefix_hidden: Any) -> KVs:
         """The top layers' keys/values of the prefix (through whatever adapter is active; with
@@ -270,12 +300,7 @@ class SplitStack:
         replay it (training.graphstep)."""
         import torch
 
-        index = torch.arange(int(hidden.shape[1]), device=hidden.device)
-        causal = index[:, None] >= index[None, :]
-        same_block = block[:, None] == block[None, :]
-        sees_prefix = (block == 0)[None, :]
-        allowed = (causal & (same_block | sees_prefix))[None, None]
-        mask = allowed if self._sdpa else self._additive(allowed, hidden.dtype)
+        mask = self._block_mask(block, hidden)
         out, _ = self._run(hidden, range(self.start, len(self.decoder.layers)), positions, mask, None)
         # index_select, not out[0, last]: its backward is index_add (capturable), not an accumulating index_put
         return self.decoder.norm(torch.index_select(out[0], 0, last))

@@ -43,6 +43,8 @@ class HFEngine:
         max_cached_prefixes: int = 16,
         max_loaded_adapters: int = 8,
         trunk_cache_bytes: int | None = None,
+        packed_scoring: bool = False,
+        packed_tokens: int = 4096,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -64,6 +66,17 @@ class HFEngine:
         # forward (rows × prefix × layers), so a long prefix at 256 rows peaked at 6 GiB for no gain.
         self.max_batch_tokens = max_batch_tokens or (65_536 if on_gpu else 16_384)
         self.prefix_cache = prefix_cache
+        # Top-layer adapters (the trunk cache path): each batch is one packed sequence, the prefix
+        # followed by the suffixes of as many items as hold ``packed_tokens`` suffix tokens, under a
+        # block mask (SplitStack.trunk_packed / top_last_packed, the training step's layout), instead
+        # of rows × (prefix + padded suffix) with the prefix's keys/values expanded per row, which
+        # max_batch_tokens caps at ~70 rows for a 900-token prefix. The same scores (the CPU tests
+        # compare them) in a third of the forwards; the prefix is recomputed once per batch. Opt-in
+        # until measured on a GPU (engine option "packed_scoring").
+        self.packed_scoring = packed_scoring
+        if packed_tokens < 1:
+            raise ValueError(f"packed_tokens must be positive, got {packed_tokens}")
+        self.packed_tokens = packed_tokens
         self.max_cached_prefixes = max_cached_prefixes
         self._kv: OrderedDict[tuple[str, str], KV] = OrderedDict()
         # Adapters kept loaded (least recently used dropped): a long simulation loads K new ones every
@@ -241,9 +254,13 @@ class HFEngine:
                         del self._trunk_prefix[next(iter(self._trunk_prefix))]
                 trunk_kv = self._trunk_prefix[pkey][1]
                 lengths = np.array([len(suffix_ids[j]) for j in missing])
-                for idx in self._batches(lengths, past):
+                for idx in self._packed_batches(lengths) if self.packed_scoring else self._batches(lengths, past):
                     rows = [missing[i] for i in idx]
-                    computed = stack.trunk_suffixes(trunk_kv, past, [suffix_ids[j] for j in rows])
+                    computed = (
+                        stack.trunk_packed(renderer.prefix_ids, [suffix_ids[j] for j in rows])
+                        if self.packed_scoring
+                        else stack.trunk_suffixes(trunk_kv, past, [suffix_ids[j] for j in rows])
+                    )
                     for j, state in zip(rows, computed, strict=True):
                         states[j] = state.clone()  # its own storage, not a view of the batch
                         self._remember(keys[j], states[j])
@@ -270,19 +287,41 @@ class HFEngine:
         label_ids = torch.tensor(renderer.label_token_ids, device=self.device)
         past = len(renderer.prefix_ids)
         prefix_hidden, states = self._trunk_states(stack, renderer, suffix_ids)
+        lengths = np.array([len(s) for s in suffix_ids])
+        out = np.empty((len(suffix_ids), len(renderer.label_token_ids)), dtype=np.float32)
+        if self.packed_scoring:
+            for idx in self._packed_batches(lengths):
+                last = stack.top_last_packed(prefix_hidden, [states[i] for i in idx])
+                out[idx] = self._label_log_softmax(stack, last, label_ids)
+            return out, int(lengths.sum())
         top_key = (key, renderer.prompt_hash)
         if top_key not in self._top_kv:
             self._top_kv[top_key] = stack.top_prefix(prefix_hidden)
             while len(self._top_kv) > self.max_cached_prefixes:
                 self._top_kv.popitem(last=False)
         top_kv = self._top_kv[top_key]
-        lengths = np.array([len(s) for s in suffix_ids])
-        out = np.empty((len(suffix_ids), len(renderer.label_token_ids)), dtype=np.float32)
         for idx in self._batches(lengths, past):
             last = stack.top_last(top_kv, past, [states[i] for i in idx])
-            logits = stack.logits(last).float()
-            out[idx] = torch.log_softmax(logits, dim=-1)[:, label_ids].cpu().numpy()
+            out[idx] = self._label_log_softmax(stack, last, label_ids)
         return out, int(lengths.sum())
+
+    @staticmethod
+    def _label_log_softmax(stack: Any, last: Any, label_ids: Any) -> np.ndarray:
+        import torch
+
+        logits = stack.logits(last).float()
+        return torch.log_softmax(logits, dim=-1)[:, label_ids].cpu().numpy()
+
+    def _packed_batches(self, lengths: np.ndarray) -> Iterator[np.ndarray]:
+        """Consecutive indices holding at most ``packed_tokens`` suffix tokens (at least one item)."""
+        start = 0
+        while start < len(lengths):
+            end, tokens = start + 1, int(lengths[start])
+            while end < len(lengths) and tokens + int(lengths[end]) <= self.packed_tokens:
+                tokens += int(lengths[end])
+                end += 1
+            yield np.arange(start, end)
+            start = end
 
     def score(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> ScoreResult:
         import torch

@@ -311,3 +311,15 @@ def test_engine_scores_top_layer_adapters_like_full_prompts(
     # the adapter moved the predictions (the comparison is not between two copies of the base)
     base = plain.score(renderer, texts, [])
     assert np.abs(want.p[0] - base.p[0]).max() > 0.05
+    # packed scoring (one sequence of prefix + suffixes per batch): the same numbers, with batches
+    # of one item, of a few, and of everything at once, on a second call from the trunk cache too
+    for tokens in (1, 12, 4096):
+        packed = HFEngine(str(sharp_dir), device="cpu", packed_scoring=True, packed_tokens=tokens)
+        for _ in range(2):
+            got = packed.score(renderer, texts, refs)
+            np.testing.assert_allclose(got.p, want.p, atol=1e-4)
+            np.testing.assert_allclose(got.mass, want.mass, atol=1e-4)
+        assert len(packed._trunk) == len(set(texts)) and not packed._top_kv  # the packed path ran
+    assert cached._top_kv  # (the per-row path keeps the top layers' prefix keys/values)
+    with pytest.raises(ValueError, match="packed_tokens must be positive"):
+        HFEngine(str(sharp_dir), device="cpu", packed_scoring=True, packed_tokens=0)
