@@ -45,17 +45,34 @@ export ALANN_SIM_THREADS=${THREADS:-1}
 # per step, so no micro-batch split is needed. max_context "auto": prefix + longest item. A stop set
 # of 200 (not the app's 500): the κ signal in the records at 40 % of the evaluation's extra prompts.
 LOOP=${LOOP:-'{"max_context": "auto", "arms": false, "stop_set_size": 200, "train": {"epochs": 3, "max_steps": 48, "batch_size": 32, "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1048576, "dropout": 0.0, "top_layers": 8, "wide_top_layers": 16, "min_steps": 48}}'}
+# loop_set KEY[.SUBKEY] VALUE: one loop option set in LOOP's JSON (a number stays a number).
+loop_set() {
+    LOOP=$(python3 - "$LOOP" "$1" "$2" <<'PY'
+import json, sys
+root = json.loads(sys.argv[1])
+*path, key = sys.argv[2].split(".")
+d = root
+for part in path:
+    d = d.setdefault(part, {})
+try:
+    d[key] = float(sys.argv[3])
+except ValueError:
+    d[key] = sys.argv[3]
+print(json.dumps(root))
+PY
+)
+}
 # COLD_MODE=<mode>: every strategy but random starts with that cold mode instead of the app's default.
 # The GPU profile's training options not named in LOOP apply too: since session 11 graph_step "auto"
 # (each step replayed from one CUDA graph) and precision "tf32" (annotate/loopconfig.py).
 # GRAPH_STEP=off / PRECISION=float32 run the per-batch step / float32 matmuls instead; the records'
 # config and gpu_peak_mib (per round) say what ran and what it held.
-[ -n "${COLD_MODE:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["cold_mode"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$COLD_MODE")
+[ -n "${COLD_MODE:-}" ] && loop_set cold_mode "$COLD_MODE"
 # SOFTRANK_BETA=<β>: the active strategy's soft-rank exponent (loop option softrank_beta, default 1);
 # the report names every run whose β is not 1 "active+typical+β<β>".
-[ -n "${SOFTRANK_BETA:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["softrank_beta"] = float(sys.argv[2]); print(json.dumps(d))' "$LOOP" "$SOFTRANK_BETA")
-[ -n "${GRAPH_STEP:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.setdefault("train", {})["graph_step"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$GRAPH_STEP")
-[ -n "${PRECISION:-}" ] && LOOP=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.setdefault("train", {})["precision"] = sys.argv[2]; print(json.dumps(d))' "$LOOP" "$PRECISION")
+[ -n "${SOFTRANK_BETA:-}" ] && loop_set softrank_beta "$SOFTRANK_BETA"
+[ -n "${GRAPH_STEP:-}" ] && loop_set train.graph_step "$GRAPH_STEP"
+[ -n "${PRECISION:-}" ] && loop_set train.precision "$PRECISION"
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$OUT/versions.txt" 2>&1

@@ -24,7 +24,8 @@ warm-up leaves no trace in the adapter.
 
 The GPU profile's default (``TrainConfig.graph_step = "auto"``, annotate/loopconfig.py): on the H200
 the captured step gives the eager step's losses to 1e-5 (session 10); a 500-label K=2 round took
-7.50 s instead of 14.96 at 16 layers... (bench/RESULTS.md, session 11 has the table). Every capture
+7.50 s (8 layers) and 10.85 s (16) with it, 14.96 s with the per-batch step at 16 layers, and 6.21 /
+9.60 s with TF32 matmuls (bench/RESULTS.md, session 11 has the table). Every capture
 of a process runs on one stream (``_capture_stream``, why below); session 10's one stream per run
 kept ~100 MB of GPU memory per run.
 

@@ -139,6 +139,15 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+# training.json's "fixed_step" in words (training.graphstep): "eager" is either asked for or what a
+# failed CUDA-graph capture falls back to (the worker's log says which).
+STEP_MODES = {
+    "graph": "each step replayed from one CUDA graph",
+    "eager": "fixed-shape steps without a CUDA graph",
+    "per-batch": "per-batch steps",
+}
+
+
 def adapters_sentence(adapters: dict[str, Any]) -> str:
     """The round's ensemble in words: members, rank, the adapted layers (and why, when the label count
     widened them), each member's training steps."""
@@ -162,15 +171,6 @@ def adapters_sentence(adapters: dict[str, Any]) -> str:
     modes = [STEP_MODES.get(str(m), str(m)) for m in adapters.get("step_modes") or []]
     how = f" ({' / '.join(modes)})" if modes and trained else ""
     return f"{k} LoRA adapter{'s' if k != 1 else ''}{rank} {where}{trained}{how}"
-
-
-# training.json's "fixed_step" in words (training.graphstep): "eager" is either asked for or what a
-# failed CUDA-graph capture falls back to (the worker's log says which).
-STEP_MODES = {
-    "graph": "each step replayed from one CUDA graph",
-    "eager": "fixed-shape steps without a CUDA graph",
-    "per-batch": "per-batch steps",
-}
 
 
 def blend_sentence(blend: dict[str, Any]) -> str:

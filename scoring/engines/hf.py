@@ -14,6 +14,7 @@ the same test set, stop set and candidates, run only the top layers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import time
 from collections import OrderedDict
@@ -254,13 +255,15 @@ class HFEngine:
                         del self._trunk_prefix[next(iter(self._trunk_prefix))]
                 trunk_kv = self._trunk_prefix[pkey][1]
                 lengths = np.array([len(suffix_ids[j]) for j in missing])
-                for idx in self._packed_batches(lengths) if self.packed_scoring else self._batches(lengths, past):
+                if self.packed_scoring:
+                    batches = self._packed_batches(lengths)
+                    run = functools.partial(stack.trunk_packed, renderer.prefix_ids)
+                else:
+                    batches = self._batches(lengths, past)
+                    run = functools.partial(stack.trunk_suffixes, trunk_kv, past)
+                for idx in batches:
                     rows = [missing[i] for i in idx]
-                    computed = (
-                        stack.trunk_packed(renderer.prefix_ids, [suffix_ids[j] for j in rows])
-                        if self.packed_scoring
-                        else stack.trunk_suffixes(trunk_kv, past, [suffix_ids[j] for j in rows])
-                    )
+                    computed = run([suffix_ids[j] for j in rows])
                     for j, state in zip(rows, computed, strict=True):
                         states[j] = state.clone()  # its own storage, not a view of the batch
                         self._remember(keys[j], states[j])
