@@ -153,8 +153,12 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
 def _softrank_beta(raw: Mapping[str, Any]) -> float:
     from scoring.selection import DEFAULT_SOFTRANK_BETA
 
-    value = float(raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA))
-    if not 0.0 <= value <= MAX_SOFTRANK_BETA:
+    raw_value = raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA)
+    try:
+        value = float(raw_value)
+    except (TypeError, ValueError):
+        raise ValueError(f"loop option softrank_beta must be a number, got {raw_value!r}") from None
+    if not 0.0 <= value <= MAX_SOFTRANK_BETA:  # NaN fails this too
         raise ValueError(f"loop option softrank_beta must be within [0, {MAX_SOFTRANK_BETA:g}], got {value:g}")
     return value
 
