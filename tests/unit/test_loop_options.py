@@ -58,9 +58,9 @@ def test_the_soft_rank_exponent_is_checked() -> None:
             parse_loop_options({"profile": "cpu", "softrank_beta": bad})
     with pytest.raises(ValueError, match=r"softrank_beta must be within \[0, 8\], got nan"):
         parse_loop_options({"profile": "cpu", "softrank_beta": "nan"})
-    for bad in ("greedy", None, [2]):
+    for not_a_number in ("greedy", None, [2]):
         with pytest.raises(ValueError, match="softrank_beta must be a number, got"):
-            parse_loop_options({"profile": "cpu", "softrank_beta": bad})
+            parse_loop_options({"profile": "cpu", "softrank_beta": not_a_number})
 
 
 def test_the_gpu_profile_replays_tf32_graph_steps_and_the_cpu_profile_does_not() -> None:
