@@ -33,6 +33,8 @@ OUT=${OUT:-/tmp/sim-out}
 SETS=${SETS:-trec sst2 clinc150 emotion snips search_snippets}
 STRATEGIES=${STRATEGIES:-active,random}
 SEEDS=${SEEDS:-3}
+# FIRST_SEED=3 SEEDS=3: seeds 3, 4, 5 (more seeds for a set already run with 0..2; the records pair by seed)
+FIRST_SEED=${FIRST_SEED:-0}
 LABELS=${LABELS:-1000}
 BUDGET=${BUDGET:-540}
 # One CPU thread per job: 30+ jobs share 16 cores, and a job's CPU work is launching GPU kernels.
@@ -71,12 +73,15 @@ PY
 # SOFTRANK_BETA=<β>: the active strategy's soft-rank exponent (loop option softrank_beta, default 1);
 # the report names every run whose β is not 1 "active+typical+β<β>".
 [ -n "${SOFTRANK_BETA:-}" ] && loop_set softrank_beta "$SOFTRANK_BETA"
+# PACKED_SCORING=1: the hf engine scores and evaluates each batch as one packed sequence (engine option
+# packed_scoring, HFEngine): the same probabilities to ~1e-4, fewer forwards.
+[ -n "${PACKED_SCORING:-}" ] && loop_set engine_options.packed_scoring "$PACKED_SCORING"
 [ -n "${GRAPH_STEP:-}" ] && loop_set train.graph_step "$GRAPH_STEP"
 [ -n "${PRECISION:-}" ] && loop_set train.precision "$PRECISION"
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$OUT/versions.txt" 2>&1
-echo "commit $ALANN_COMMIT; loop $LOOP; sets $SETS; strategies $STRATEGIES x $SEEDS seeds; labels $LABELS" >> "$OUT/versions.txt"
+echo "commit $ALANN_COMMIT; loop $LOOP; sets $SETS; strategies $STRATEGIES x $SEEDS seeds from $FIRST_SEED; labels $LABELS" >> "$OUT/versions.txt"
 
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$OUT/gpu.csv" 2>/dev/null &
 SMI=$!
@@ -110,7 +115,7 @@ pids=()
 for set in $SETS; do
   rm -rf "$VAR_DIR/sim/$set" "$VAR_DIR/sim-work/$set"
   timeout --signal=TERM --kill-after=30 "$BUDGET" python3 manage.py simulate --data "$DATA/$set" \
-    --strategy "$STRATEGIES" --seeds "$SEEDS" --rounds 200 --labels "$LABELS" --k 2 --engine hf --model "$MODEL" \
+    --strategy "$STRATEGIES" --seeds "$SEEDS" --first-seed "$FIRST_SEED" --rounds 200 --labels "$LABELS" --k 2 --engine hf --model "$MODEL" \
     --workers "$n_jobs" --loop-options "$LOOP" --no-report --out "$VAR_DIR/sim/$set" --work "$VAR_DIR/sim-work/$set" \
     $(args_for "$set") ${EXTRA:-} > "$VAR_DIR/$set.log" 2>&1 &
   pids+=($!)

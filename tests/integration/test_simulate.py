@@ -146,3 +146,19 @@ def test_a_negative_sample_size_is_a_clear_error_before_any_job(tiny_llama_dir: 
         call_command("simulate", "--data", str(tmp_path / "tiny"), "--model", str(tiny_llama_dir),
                      "--test-sample", "-1", "--out", str(out), "--work", str(tmp_path / "work"))  # fmt: skip
     assert not (out / "records.jsonl").exists() and not (tmp_path / "work").exists()
+
+
+def test_first_seed_runs_later_seeds_and_bad_seed_counts_are_refused(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from django.core.management.base import CommandError
+
+    from annotate.management.commands.simulate import Command
+
+    opts = {"strategy": "active,random", "full_data": False, "seeds": 2, "first_seed": 3}
+    jobs = Command()._jobs(opts)
+    assert [(j.strategy, j.seed) for j in jobs] == [("active", 3), ("random", 3), ("active", 4), ("random", 4)]
+    write_data(tmp_path / "tiny")
+    for flag, value in (("--seeds", "0"), ("--first-seed", "-1")):
+        with pytest.raises(CommandError, match="--first-seed"):
+            call_command("simulate", "--data", str(tmp_path / "tiny"), "--model", str(tiny_llama_dir), flag, value,
+                         "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))  # fmt: skip
+    assert not (tmp_path / "out" / "records.jsonl").exists() and not (tmp_path / "work").exists()

@@ -41,7 +41,8 @@ class Command(BaseCommand):
         parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
         parser.add_argument("--labels", type=int, default=0, help="stop a job at this many labels (0: --rounds)")
         parser.add_argument("--batch", type=int, default=25, help="items per round after the seed set (B)")
-        parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per strategy")
+        parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy: --first-seed .. +N-1")
+        parser.add_argument("--first-seed", type=int, default=0, help="the first seed (more seeds in a later call)")
         parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
         parser.add_argument("--out", default=None, help="output folder (default VAR_DIR/sim/<data name>)")
         parser.add_argument("--work", default=None, help="jobs' databases, adapters (VAR_DIR/sim-work/<out>)")
@@ -114,6 +115,9 @@ class Command(BaseCommand):
             raise CommandError(f"{model_dir} is no HF model directory (pass --model, or run prepare_models)")
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
+        if opts["seeds"] < 1 or opts["first_seed"] < 0:
+            seeds, first = opts["seeds"], opts["first_seed"]
+            raise CommandError(f"--seeds must be >= 1 and --first-seed >= 0, got {seeds} and {first}")
         if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
             raise CommandError("--pool-sample, --test-sample and --candidate-sample must be 0 (all) or positive")
         return sim.SimSpec(
@@ -153,7 +157,8 @@ class Command(BaseCommand):
             raise CommandError(f"unknown strategies {unknown}; expected {', '.join(sim.STRATEGIES)} or 'all'")
         jobs = [sim.Job(sim.FULL_DATA, 0)] if opts["full_data"] else []  # first: the longest single job
         # Seed-major: with fewer workers than jobs, every strategy gets its first seed early.
-        return jobs + [sim.Job(s, seed) for seed in range(opts["seeds"]) for s in names]
+        seeds = range(opts["first_seed"], opts["first_seed"] + opts["seeds"])
+        return jobs + [sim.Job(s, seed) for seed in seeds for s in names]
 
     def _run_in_process(self, spec: sim.SimSpec, data: sim.SimData, jobs: list[sim.Job]) -> list[str]:
         failed = []
