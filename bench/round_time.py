@@ -66,11 +66,12 @@ def _top(
 ) -> dict[str, Any]:
     """LoRA on the last ``layers`` of SmolLM2's 30 (TrainConfig.top_layers): the trunk's output is
     computed once per run (training) and kept by the engine (scoring, evaluation); float32 (or tf32
-    matmuls), no dropout."""
+    matmuls), no dropout. Scoring and evaluation per row (packed_scoring off, the engine's GPU default
+    until session 12): the "-ps" configs score packed."""
     train = {"prefix_sharing": True, "precision": precision, "batch_size": batch, "epochs": 3, "max_steps": steps,
              "lr": 1e-3, "checkpoint_every": 0, "micro_batch_tokens": 1 << 20, "dropout": 0.0, "top_layers": layers,
              "packed": packed, "graph_step": graph_step}  # fmt: skip
-    return {"train": train, "engine": {}}
+    return {"train": train, "engine": {"packed_scoring": False}}
 
 
 # The session-5 measurements ran the two-pass step (prefix, then suffixes): packed=False reproduces
@@ -87,7 +88,8 @@ CONFIGS.update(
     **{f"top{n}p-graph": _top(n, 32, 60, packed=True, graph_step="auto") for n in (8, 16)},
     # ... with the steps' matmuls in TensorFloat-32 (TrainConfig.precision "tf32", session 11)
     **{f"top{n}p-graph-tf32": _top(n, 32, 60, packed=True, graph_step="auto", precision="tf32") for n in (8, 16)},
-    # ... and scoring / evaluation with packed batches (HFEngine packed_scoring; not measured yet)
+    # ... and scoring / evaluation with packed batches (HFEngine packed_scoring; the engine's GPU default
+    # since session 12: round-time-ps-w1-128e624*.json)
     **{
         f"top{n}p-graph-tf32-ps": {
             **_top(n, 32, 60, packed=True, graph_step="auto", precision="tf32"),

@@ -321,5 +321,6 @@ def test_engine_scores_top_layer_adapters_like_full_prompts(
             np.testing.assert_allclose(got.mass, want.mass, atol=1e-4)
         assert len(packed._trunk) == len(set(texts)) and not packed._top_kv  # the packed path ran
     assert cached._top_kv  # (the per-row path keeps the top layers' prefix keys/values)
+    assert not cached.packed_scoring and plain.packed_scoring is False  # packed is the GPU default only
     with pytest.raises(ValueError, match="packed_tokens must be positive"):
         HFEngine(str(sharp_dir), device="cpu", packed_scoring=True, packed_tokens=0)
