@@ -110,6 +110,8 @@ args_for() {
     *) echo "--batch 100 --seed-labels 100 --candidate-sample 2000" ;;
   esac
 }
+# BATCH=50 SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins); a
+# 1,000-label curve is then 20 rounds, twice session 12's time a job.
 n_jobs=$(( $(echo "$STRATEGIES" | tr ',' '\n' | wc -l) * SEEDS ))
 pids=()
 for set in $SETS; do
@@ -117,7 +119,7 @@ for set in $SETS; do
   timeout --signal=TERM --kill-after=30 "$BUDGET" python3 manage.py simulate --data "$DATA/$set" \
     --strategy "$STRATEGIES" --seeds "$SEEDS" --first-seed "$FIRST_SEED" --rounds 200 --labels "$LABELS" --k 2 --engine hf --model "$MODEL" \
     --workers "$n_jobs" --loop-options "$LOOP" --no-report --out "$VAR_DIR/sim/$set" --work "$VAR_DIR/sim-work/$set" \
-    $(args_for "$set") ${EXTRA:-} > "$VAR_DIR/$set.log" 2>&1 &
+    $(args_for "$set") ${BATCH:+--batch $BATCH} ${SEED_LABELS:+--seed-labels $SEED_LABELS} ${EXTRA:-} > "$VAR_DIR/$set.log" 2>&1 &
   pids+=($!)
   sleep 2  # the parents' pre-embedding and project imports start staggered
 done

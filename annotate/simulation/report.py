@@ -63,6 +63,23 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+def _named_by_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where the records of one data set were made at more than one batch size B (the records'
+    ``batch_size``), each B is its own data set, "<data>-B<B>": its curves are paired with random's
+    at the same B and never averaged with another B's. One B (or none recorded): names unchanged."""
+    sizes: dict[str, set[int]] = {}
+    for r in records:
+        if r.get("batch_size") is not None:
+            sizes.setdefault(str(r.get("data")), set()).add(int(r["batch_size"]))
+    mixed = {data for data, seen in sizes.items() if len(seen) > 1}
+    return [
+        {**r, "data": f"{r['data']}-B{int(r['batch_size'])}"}
+        if str(r.get("data")) in mixed and r.get("batch_size") is not None
+        else r
+        for r in records
+    ]
+
+
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
     """A strategy whose seed set was not a uniform draw (``cold_mode`` "typical" or "diversity") is
     reported as its own strategy, "<strategy>+<mode>": its curve and random's no longer share round 1.
@@ -84,8 +101,8 @@ def softrank_beta(record: dict[str, Any]) -> float:
 
 
 def data_key(name: str) -> str:
-    """ "SST-2" and "sst2" name the same data set."""
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+    """ "SST-2" and "sst2" name the same data set, and so does "sst2-B50" (_named_by_batch)."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"-B\d+$", "", name).lower())
 
 
 # -- curves and their summaries -------------------------------------------------------------------
@@ -580,27 +597,28 @@ def update_readme(path: Path, block: str) -> None:
 
 
 def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[str, Any]]:
-    """The records of ``paths`` less the ``drop`` entries; a job (data, strategy, seed) found in
+    """The records of ``paths`` less the ``drop`` entries; a job (data, strategy, seed, B) found in
     several inputs — the same configuration run again, e.g. to take it further — keeps the run of the
-    last input that holds it (said on stdout), so no curve counts a seed twice."""
+    last input that holds it (said on stdout), so no curve counts a seed twice. A data set run at
+    several B is one data set per B (_named_by_batch)."""
     by_input = [[r for r in load_records([path]) if not _dropped(r, drop)] for path in paths]
-    owner: dict[tuple[str, str, Any], int] = {}
+    owner: dict[tuple[str, str, Any, Any], int] = {}
     for i, records in enumerate(by_input):
         for r in records:
-            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"))] = i
+            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), r.get("batch_size"))] = i
     out = []
     for i, records in enumerate(by_input):
         replaced = set()
         for r in records:
-            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"))
+            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), r.get("batch_size"))
             if owner[key] == i:
                 out.append(r)
             else:
                 replaced.add(key)
-        for data, strategy, seed in sorted(replaced, key=str):
-            newer = paths[owner[(data, strategy, seed)]]
+        for data, strategy, seed, b in sorted(replaced, key=str):
+            newer = paths[owner[(data, strategy, seed, b)]]
             print(f"{data} {strategy} seed {seed}: the run in {newer} replaces {paths[i]}'s")
-    return out
+    return _named_by_batch(out)
 
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:

@@ -224,3 +224,27 @@ def test_the_paired_comparison_is_per_seed_and_its_mean() -> None:
     assert row["per_seed"] == "0: +5.0, 1: -1.0"
     assert row["delta_auc"] == "2.0±4.2" and row["seeds"] == "2" and row["wins"] == "1/2"
     assert "| trec | active | 0: +5.0, 1: -1.0 |" in per_seed_table([row])
+
+
+def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> None:
+    """Records of one set at B=100 and B=50 (two inputs) are never averaged or deduplicated into one
+    curve: each B is "<data>-B<B>", paired with random at its own B; one B keeps the plain name."""
+    import json
+
+    from annotate.simulation.report import paired_rows, selected_records
+
+    def rec(strategy: str, seed: int, labels: int, acc: float, b: int) -> dict[str, object]:
+        return {"data": "trec", "strategy": strategy, "seed": seed, "labels": labels, "accuracy": acc, "batch_size": b}
+
+    b100 = [rec("random", 0, 100, 0.5, 100), rec("random", 0, 200, 0.6, 100),
+            rec("active", 0, 100, 0.5, 100), rec("active", 0, 200, 0.7, 100)]  # fmt: skip
+    b50 = [rec("random", 0, 100, 0.5, 50), rec("random", 0, 200, 0.6, 50),
+           rec("active", 0, 100, 0.5, 50), rec("active", 0, 200, 0.58, 50)]  # fmt: skip
+    for name, rows in (("b100.jsonl", b100), ("b50.jsonl", b50)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    alone = selected_records([tmp_path / "b100.jsonl"], [])
+    assert {r["data"] for r in alone} == {"trec"}
+    both = selected_records([tmp_path / "b100.jsonl", tmp_path / "b50.jsonl"], [])
+    assert len(both) == 8 and {r["data"] for r in both} == {"trec-B100", "trec-B50"}
+    rows = {r["data"]: r for r in paired_rows(both, [])}
+    assert rows["trec-B100"]["per_seed"] == "0: +5.0" and rows["trec-B50"]["per_seed"] == "0: -1.0"
