@@ -246,5 +246,5 @@ def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> N
     assert {r["data"] for r in alone} == {"trec"}
     both = selected_records([tmp_path / "b100.jsonl", tmp_path / "b50.jsonl"], [])
     assert len(both) == 8 and {r["data"] for r in both} == {"trec-B100", "trec-B50"}
-    rows = {r["data"]: r for r in paired_rows(both, [])}
-    assert rows["trec-B100"]["per_seed"] == "0: +5.0" and rows["trec-B50"]["per_seed"] == "0: -1.0"
+    paired = {r["data"]: r for r in paired_rows(both, [])}
+    assert paired["trec-B100"]["per_seed"] == "0: +5.0" and paired["trec-B50"]["per_seed"] == "0: -1.0"
