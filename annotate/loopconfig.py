@@ -91,6 +91,10 @@ class LoopOptions:
     # The active strategy's soft-rank exponent (scoring.selection.SelectionConfig.softrank_beta):
     # draw probability ∝ rank^-β over the committee's uncertainty (default 1: scoring.selection.DEFAULT_SOFTRANK_BETA).
     softrank_beta: float
+    # Whose uncertainty the active strategy's draws follow (scoring.selection.SelectionConfig.committee):
+    # "members" (default: the K adapters and the proxy as K + 1 equal members) or "blend" (the round's
+    # predictor, the adapters and the proxy at the blend weight the last evaluation fitted).
+    committee: str
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
 
@@ -136,6 +140,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
         blend=_blend_mode(raw),
         softrank_beta=_softrank_beta(raw),
+        committee=_committee(raw),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
         engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
     )
@@ -148,6 +153,15 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
     if value not in COLD_MODES:
         raise ValueError(f"loop option cold_mode must be one of {list(COLD_MODES)}, got {value!r}")
     return value
+
+
+def _committee(raw: Mapping[str, Any]) -> str:
+    from scoring.selection import COMMITTEES
+
+    value = raw.get("committee", "members")
+    if value not in COMMITTEES:
+        raise ValueError(f"loop option committee must be one of {list(COMMITTEES)}, got {value!r}")
+    return str(value)
 
 
 def _softrank_beta(raw: Mapping[str, Any]) -> float:
@@ -231,6 +245,7 @@ def loop_config(project: Project) -> LoopConfig:
             cold_start_batches=project.cold_start_batches,
             cold_mode=opts.cold_mode,  # type: ignore[arg-type]
             softrank_beta=opts.softrank_beta,
+            committee=opts.committee,  # type: ignore[arg-type]
         ),
         rescoring=RescoringConfig(
             candidate_sample=project.candidate_sample,

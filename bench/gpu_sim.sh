@@ -73,6 +73,9 @@ PY
 # SOFTRANK_BETA=<β>: the active strategy's soft-rank exponent (loop option softrank_beta, default 1);
 # the report names every run whose β is not 1 "active+typical+β<β>".
 [ -n "${SOFTRANK_BETA:-}" ] && loop_set softrank_beta "$SOFTRANK_BETA"
+# COMMITTEE=blend: active draws by the blended predictor's uncertainty (loop option committee; the
+# report names it "+blend-committee").
+[ -n "${COMMITTEE:-}" ] && loop_set committee "$COMMITTEE"
 # PACKED_SCORING=1: the hf engine scores and evaluates each batch as one packed sequence (engine option
 # packed_scoring, HFEngine): the same probabilities to ~1e-4, fewer forwards.
 [ -n "${PACKED_SCORING:-}" ] && loop_set engine_options.packed_scoring "$PACKED_SCORING"

@@ -351,15 +351,23 @@ def soft_rank_sample(score: np.ndarray, k: int, rng: RngLike, *, beta: float = 1
     return np.argsort(-keys, kind="stable")[:k].astype(np.int64)
 
 
-def committee_distribution(mean_p: np.ndarray, proxy_p: np.ndarray, n_members: int) -> np.ndarray:
-    """The committee's label distribution: the K adapters' mean and the proxy as one more member,
-    (K·p̄ + p_proxy) / (K + 1). [N, C]"""
+def committee_distribution(
+    mean_p: np.ndarray, proxy_p: np.ndarray, n_members: int, *, weight: float | None = None
+) -> np.ndarray:
+    """The committee's label distribution [N, C]. Without ``weight`` (committee "members", the default):
+    the K adapters' mean and the proxy as one more member, (K·p̄ + p_proxy) / (K + 1). With it (committee
+    "blend"): the round's own predictor, w·p̄ + (1 - w)·p_proxy at the blend weight w the last evaluation
+    fitted (training/blend.py), so the draws follow the uncertainty of what actually predicts."""
     llm = np.asarray(mean_p, dtype=np.float64)
     proxy = np.asarray(proxy_p, dtype=np.float64)
     if llm.shape != proxy.shape or llm.ndim != 2:
         raise SelectionInputError(f"mean_p {llm.shape} and proxy_p {proxy.shape} must both be [N, C]")
     if n_members < 1:
         raise SelectionInputError(f"n_members must be >= 1, got {n_members}")
+    if weight is not None:
+        if not 0.0 <= weight <= 1.0:
+            raise SelectionInputError(f"the blend weight must lie in [0, 1], got {weight}")
+        return weight * llm + (1.0 - weight) * proxy
     return (n_members * llm + proxy) / (n_members + 1)
 
 
@@ -636,6 +644,8 @@ def _farthest_first(cand: torch.Tensor, nearest: torch.Tensor, k: int) -> torch.
 
 
 ColdMode = Literal["random", "diversity", "typical", "hedged"]
+Committee = Literal["members", "blend"]
+COMMITTEES = ("members", "blend")
 COLD_MODES = ("random", "diversity", "typical", "hedged")
 
 
@@ -651,3 +661,6 @@ class SelectionConfig:
     # The soft-rank draws' rank exponent (soft_rank_sample's β) for "active" and the portfolio's
     # "softrank" arm: 0 uniform, 1 ∝ 1/rank (the default: DEFAULT_SOFTRANK_BETA), larger → top-k.
     softrank_beta: float = DEFAULT_SOFTRANK_BETA
+    # Whose uncertainty the soft rank follows: "members" (the K adapters and the proxy as K + 1 equal
+    # members) or "blend" (the round's predictor at its fitted weight): committee_distribution.
+    committee: Committee = "members"

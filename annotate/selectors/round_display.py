@@ -127,6 +127,17 @@ def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
     blend = metrics.get("blend") or {}
     if isinstance(blend.get("weight"), int | float):
         lines.append(("Predictor", blend_sentence(blend)))
+    committee = metrics.get("committee") or {}
+    if committee.get("mode") == "blend":
+        weight = committee.get("weight")
+        lines.append(
+            (
+                "Picked by",
+                f"the uncertainty of the blended predictor ({100 * float(weight):.0f} % adapters)"
+                if isinstance(weight, int | float)
+                else "the adapters and the proxy as equal members (no blend weight fitted yet)",
+            )
+        )
     arms = metrics.get("arms") or {}
     if "active" in arms and "random" in arms:
         lines.append(

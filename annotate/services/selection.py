@@ -173,7 +173,13 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
             labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
             proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
-            committee_p = committee_distribution(mean_p, proxy_p, config.k)
+            weight = _committee_weight(round) if config.selection.committee == "blend" else None
+            committee_p = committee_distribution(mean_p, proxy_p, config.k, weight=weight)
+            if config.selection.committee == "blend":
+                metrics = dict(Round.objects.get(id=round.id).metrics or {})
+                # null weight: no evaluation has fitted one yet, so the K + 1 equal members drew
+                metrics["committee"] = {"mode": "blend", "weight": weight}
+                Round.objects.filter(id=round.id).update(metrics=metrics)
             if round.strategy == "portfolio":
                 split = portfolio_split(
                     round=round, labeled=labeled, labeled_emb=labeled_emb, n_classes=mean_p.shape[1]
@@ -234,6 +240,14 @@ def portfolio_split(
     ]
     y = np.asarray(labeled.label_indices, dtype=np.int64)
     return portfolio.split_labels(labeled_emb, y, arms, n_classes, pipeline.step_rng(round.seed, "portfolio"))
+
+
+def _committee_weight(row: Round) -> float | None:
+    """The blend weight of the predictor whose adapters scored this round: the latest finished round's
+    evaluation (Round.metrics["blend"]["weight"], training/blend.py); None before any evaluation fitted one."""
+    latest = Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
+    weight = ((latest.metrics or {}).get("blend") or {}).get("weight") if latest is not None else None
+    return None if weight is None else float(weight)
 
 
 def _eligible_scored(

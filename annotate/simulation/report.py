@@ -84,13 +84,17 @@ def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
     """A strategy whose seed set was not a uniform draw (``cold_mode`` "typical" or "diversity") is
     reported as its own strategy, "<strategy>+<mode>": its curve and random's no longer share round 1.
     Records without the field (older runs) had a uniform seed set. An active or portfolio run whose
-    soft-rank exponent was not 1 gets "+β<value>" as well."""
+    soft-rank exponent was not 1 gets "+β<value>" as well, and one drawn by the blended predictor's
+    uncertainty (loop option committee "blend") "+blend-committee"."""
     mode = str(record.get("cold_mode") or "random")
     if mode != "random" and isinstance(record.get("strategy"), str):
         record = {**record, "strategy": f"{record['strategy']}+{mode}"}
     beta = softrank_beta(record)
     if beta != 1.0 and str(record.get("strategy")).split("+")[0] in ("active", "portfolio"):
         record = {**record, "strategy": f"{record['strategy']}+β{beta:g}"}
+    committee = ((record.get("config") or {}).get("selection") or {}).get("committee", "members")
+    if committee != "members" and str(record.get("strategy")).split("+")[0] in ("active", "portfolio"):
+        record = {**record, "strategy": f"{record['strategy']}+{committee}-committee"}
     return record
 
 

@@ -91,6 +91,11 @@ def test_cost_and_metrics_in_words_and_units() -> None:
     assert predictor.endswith("on the test set adapters 79.0 %, proxy 74.0 %")
     metrics["blend"] = {"weight": 1.0, "heldout_n": 0, "reason": "no held-out labels yet: adapters alone"}
     assert dict(metric_lines(metrics))["Predictor"] == "the adapters alone (no held-out labels yet: adapters alone)"
+    assert "Picked by" not in dict(metric_lines(metrics))  # committee "members", the default: nothing to say
+    metrics["committee"] = {"mode": "blend", "weight": 0.3}
+    assert dict(metric_lines(metrics))["Picked by"] == "the uncertainty of the blended predictor (30 % adapters)"
+    metrics["committee"] = {"mode": "blend", "weight": None}
+    assert dict(metric_lines(metrics))["Picked by"].endswith("as equal members (no blend weight fitted yet)")
 
 
 def test_the_adapters_line_says_what_was_trained_and_why_more_layers() -> None:

@@ -152,3 +152,24 @@ def test_a_project_may_choose_its_own_cold_mode(
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, cold_mode=project_mode)
     row = _to_selecting(project, "active")
     assert row.strategy == "cold-start" and row.metrics["cold_mode"] == expected
+
+
+def test_committee_blend_draws_by_the_fitted_predictor_and_says_so(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Loop option committee "blend": an active round's draws follow the blend weight the latest
+    finished round's evaluation fitted; the round's metrics (and the ML page's "Picked by") say which."""
+    import json
+
+    from annotate.selectors.round_display import metric_lines
+
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "committee": "blend"}))
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    first = _finish(_to_selecting(project, "active"))
+    assert first.strategy == "cold-start" and "committee" not in (first.metrics or {})  # a cold round draws none
+    fitted = ((first.metrics or {}).get("blend") or {}).get("weight")
+    assert isinstance(fitted, float)  # the seed round fits one (the adapters alone: too few held-out labels)
+    second = _finish(_to_selecting(project, "active"))
+    assert second.metrics["committee"] == {"mode": "blend", "weight": fitted}
+    assert dict(metric_lines(second.metrics))["Picked by"].startswith("the uncertainty of the blended predictor")
+    assert {s for _, s, _ in _batch(second)} <= {"active", "random"} and len(_batch(second)) == 8

@@ -73,6 +73,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         assert r["config"]["train"]["max_steps"] == 2 and r["config"]["train"]["batch_size"] == 4
         assert {"top_layers", "min_steps", "packed", "lr"} <= set(r["config"]["train"]) and r["config"]["k"] == 1
         assert r["config"]["selection"]["random_share"] == 0.15  # the project default
+        assert r["config"]["selection"]["committee"] == "members"  # (the report names any other)
     for strategy in STRATEGIES:
         for seed in (0, 1):
             first, second = (

@@ -93,6 +93,13 @@ def test_committee_counts_the_proxy_as_one_member() -> None:
     np.testing.assert_allclose(committee_distribution(llm, proxy, 2), [[0.6, 0.4], [0.5, 0.5]])
     with pytest.raises(SelectionInputError, match="must both be"):
         committee_distribution(llm, proxy[:1], 2)
+    # committee "blend": the predictor's own mixture at the fitted weight, whatever K is
+    np.testing.assert_allclose(committee_distribution(llm, proxy, 2, weight=0.25), [[0.225, 0.775], [0.5, 0.5]])
+    np.testing.assert_allclose(committee_distribution(llm, proxy, 7, weight=1.0), llm)
+    np.testing.assert_allclose(committee_distribution(llm, proxy, 2, weight=0.0), proxy)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(SelectionInputError, match=r"blend weight must lie in \[0, 1\]"):
+            committee_distribution(llm, proxy, 2, weight=bad)
 
 
 def test_committee_batch_has_the_random_slice_and_skips_near_duplicates() -> None:

@@ -204,6 +204,9 @@ def test_a_soft_rank_exponent_other_than_one_is_its_own_curve() -> None:
     assert _named_by_start(base)["strategy"] == "active+typical"
     random = {**base, "strategy": "random", "cold_mode": "random", "softrank_beta": 2.0}
     assert _named_by_start(random)["strategy"] == "random"  # random draws no soft rank
+    blend = {**gpu, "config": {"selection": {"softrank_beta": 1.0, "committee": "blend"}}}
+    assert _named_by_start(blend)["strategy"] == "active+typical+blend-committee"
+    assert _named_by_start({**random, "config": {"selection": {"committee": "blend"}}})["strategy"] == "random"
 
 
 def test_the_paired_comparison_is_per_seed_and_its_mean() -> None:

@@ -51,6 +51,11 @@ def test_the_blend_is_on_by_default_and_off_or_a_typo_is_checked() -> None:
 
 
 def test_the_soft_rank_exponent_is_checked() -> None:
+    assert parse_loop_options({"profile": "cpu"}).committee == "members"
+    assert parse_loop_options({"profile": "gpu", "committee": "blend"}).committee == "blend"
+    for wrong in ("proxy", None, ["blend"]):
+        with pytest.raises(ValueError, match=r"committee must be one of \['members', 'blend'\]"):
+            parse_loop_options({"profile": "cpu", "committee": wrong})
     assert parse_loop_options({"profile": "cpu"}).softrank_beta == 1.0
     assert parse_loop_options({"profile": "gpu", "softrank_beta": 2}).softrank_beta == 2.0
     for bad in (-1, 9):
