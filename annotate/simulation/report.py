@@ -69,15 +69,22 @@ def _named_by_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     at the same B and never averaged with another B's. One B (or none recorded): names unchanged."""
     sizes: dict[str, set[int]] = {}
     for r in records:
-        if r.get("batch_size") is not None:
-            sizes.setdefault(str(r.get("data")), set()).add(int(r["batch_size"]))
+        if (b := batch_size(r)) is not None:
+            sizes.setdefault(str(r.get("data")), set()).add(b)
     mixed = {data for data, seen in sizes.items() if len(seen) > 1}
     return [
-        {**r, "data": f"{r['data']}-B{int(r['batch_size'])}"}
-        if str(r.get("data")) in mixed and r.get("batch_size") is not None
+        {**r, "data": f"{r['data']}-B{batch_size(r)}"}
+        if str(r.get("data")) in mixed and batch_size(r) is not None
         else r
         for r in records
     ]
+
+
+def batch_size(record: dict[str, Any]) -> int | None:
+    """The B a record's run was made at: the simulation's ``batch_size``, or the cheap learner's
+    (bench/proxy_sim.py) ``loop_options.batch``; None where neither was recorded."""
+    value = record.get("batch_size", (record.get("loop_options") or {}).get("batch"))
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
@@ -609,12 +616,12 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
     owner: dict[tuple[str, str, Any, Any], int] = {}
     for i, records in enumerate(by_input):
         for r in records:
-            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), r.get("batch_size"))] = i
+            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), batch_size(r))] = i
     out = []
     for i, records in enumerate(by_input):
         replaced = set()
         for r in records:
-            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), r.get("batch_size"))
+            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), batch_size(r))
             if owner[key] == i:
                 out.append(r)
             else:

@@ -251,3 +251,8 @@ def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> N
     assert len(both) == 8 and {r["data"] for r in both} == {"trec-B100", "trec-B50"}
     paired = {r["data"]: r for r in paired_rows(both, [])}
     assert paired["trec-B100"]["per_seed"] == "0: +5.0" and paired["trec-B50"]["per_seed"] == "0: -1.0"
+    # the cheap learner's records (bench/proxy_sim.py) name their B in loop_options
+    proxy = [{k: v for k, v in r.items() if k != "batch_size"} | {"loop_options": {"batch": 25}} for r in b50]
+    (tmp_path / "proxy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in proxy))
+    mixed = selected_records([tmp_path / "b100.jsonl", tmp_path / "proxy.jsonl"], [])
+    assert {r["data"] for r in mixed} == {"trec-B100", "trec-B25"}
