@@ -13,6 +13,7 @@ from scoring.selection import (
     NEAR_DUPLICATE,
     SelectionInputError,
     committee_distribution,
+    committee_uncertainty,
     select_committee,
     select_strategy,
     soft_rank_sample,
@@ -100,6 +101,25 @@ def test_committee_counts_the_proxy_as_one_member() -> None:
     for bad in (-0.1, 1.5):
         with pytest.raises(SelectionInputError, match=r"blend weight must lie in \[0, 1\]"):
             committee_distribution(llm, proxy, 2, weight=bad)
+
+
+@FAST
+@given(n=st.integers(1, 20), c=st.integers(2, 8), w=st.floats(0, 1), seed=st.integers(0, 2**16))
+def test_a_blend_committee_is_a_distribution_whose_uncertainty_lies_between_its_parts(
+    n: int, c: int, w: float, seed: int
+) -> None:
+    """Each row of w·p̄ + (1 - w)·p_proxy sums to 1; with both parts sure of one label (the same one),
+    its uncertainty (1 - margin) is no larger than the less sure part's."""
+    rng = np.random.default_rng(seed)
+    llm, proxy = rng.dirichlet(np.ones(c), size=n), rng.dirichlet(np.ones(c), size=n)
+    p = committee_distribution(llm, proxy, 2, weight=w)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert (p >= 0).all()
+    same = np.zeros((n, c))
+    same[:, 0] = 1.0
+    sharp = 0.5 * same + 0.5 * proxy
+    mixed = committee_uncertainty(committee_distribution(same, sharp, 2, weight=w))
+    assert (mixed <= np.maximum(committee_uncertainty(same), committee_uncertainty(sharp)) + 1e-9).all()
 
 
 def test_committee_batch_has_the_random_slice_and_skips_near_duplicates() -> None:
