@@ -84,7 +84,7 @@ PY
 mkdir -p "$OUT" "$VAR_DIR"
 python3 -c 'import django, torch, transformers, peft; print("django", django.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' > "$OUT/versions.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$OUT/versions.txt" 2>&1
-echo "commit $ALANN_COMMIT; loop $LOOP; sets $SETS; strategies $STRATEGIES x $SEEDS seeds from $FIRST_SEED; labels $LABELS" >> "$OUT/versions.txt"
+echo "commit $ALANN_COMMIT; loop $LOOP; sets $SETS; strategies $STRATEGIES x $SEEDS seeds from $FIRST_SEED; labels $LABELS; batch ${BATCH:-per set}; seed labels ${SEED_LABELS:-per set}" >> "$OUT/versions.txt"
 
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 > "$OUT/gpu.csv" 2>/dev/null &
 SMI=$!
