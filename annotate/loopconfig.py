@@ -161,6 +161,8 @@ def _committee(raw: Mapping[str, Any]) -> str:
     value = raw.get("committee", "members")
     if value not in COMMITTEES:
         raise ValueError(f"loop option committee must be one of {list(COMMITTEES)}, got {value!r}")
+    if value == "blend" and _blend_mode(raw) == "off":
+        raise ValueError('loop option committee "blend" needs blend "auto": with blend "off" no weight is fitted')
     return str(value)
 
 

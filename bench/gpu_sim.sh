@@ -76,8 +76,9 @@ PY
 # COMMITTEE=blend: active draws by the blended predictor's uncertainty (loop option committee; the
 # report names it "+blend-committee").
 [ -n "${COMMITTEE:-}" ] && loop_set committee "$COMMITTEE"
-# PACKED_SCORING=1: the hf engine scores and evaluates each batch as one packed sequence (engine option
-# packed_scoring, HFEngine): the same probabilities to ~1e-4, fewer forwards.
+# PACKED_SCORING=0: the hf engine scores and evaluates row by row instead of each batch as one packed
+# sequence (engine option packed_scoring, HFEngine; packed is its GPU default since session 12, runs
+# before it — sim12-128e624-* — set PACKED_SCORING=1): the same probabilities to ~1e-4.
 [ -n "${PACKED_SCORING:-}" ] && loop_set engine_options.packed_scoring "$PACKED_SCORING"
 [ -n "${GRAPH_STEP:-}" ] && loop_set train.graph_step "$GRAPH_STEP"
 [ -n "${PRECISION:-}" ] && loop_set train.precision "$PRECISION"

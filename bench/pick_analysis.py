@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.proxy_loop import read_rows  # noqa: E402
-from annotate.simulation.report import selected_records  # noqa: E402
+from annotate.simulation.report import selected_records, source_set  # noqa: E402
 from scoring.proxy import fit_proxy  # noqa: E402
 
 NEAR = 0.95
@@ -49,7 +49,7 @@ def analyse(records: list[dict[str, Any]], data_dir: Path, embed: Any) -> list[d
         if r.get("batch_ids") and r.get("strategy") != "full-data":
             by_set[r["data"]].append(r)
     for name in sorted(by_set):
-        train = read_rows(data_dir / name / "train.csv")
+        train = read_rows(data_dir / source_set(name) / "train.csv")
         classes = sorted({y for _, y in train})
         index = {c: i for i, c in enumerate(classes)}
         c = len(classes)
@@ -117,7 +117,7 @@ def seed_sets(records: list[dict[str, Any]], data_dir: Path) -> list[dict[str, A
     pools: dict[str, tuple[list[str], np.ndarray, list[str]]] = {}
     for (name, strategy), rounds in sorted(firsts.items()):
         if name not in pools:
-            labels = [y for _, y in read_rows(data_dir / name / "train.csv")]
+            labels = [y for _, y in read_rows(data_dir / source_set(name) / "train.csv")]
             classes = sorted(set(labels))
             pools[name] = (labels, np.array([labels.count(c) for c in classes], float) / len(labels), classes)
         labels, pool, classes = pools[name]

@@ -244,10 +244,17 @@ def portfolio_split(
 
 def _committee_weight(row: Round) -> float | None:
     """The blend weight of the predictor whose adapters scored this round: the latest finished round's
-    evaluation (Round.metrics["blend"]["weight"], training/blend.py); None before any evaluation fitted one."""
+    evaluation (Round.metrics["blend"]["weight"], training/blend.py). None — the K + 1 equal members
+    draw — before an evaluation has fitted one on held-out labels (the seed round's w = 1 is the
+    adapters alone by default, not a fit: fewer than blend.MIN_HELDOUT held-out labels)."""
+    from training.blend import MIN_HELDOUT
+
     latest = Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
-    weight = ((latest.metrics or {}).get("blend") or {}).get("weight") if latest is not None else None
-    return None if weight is None else float(weight)
+    record = ((latest.metrics or {}).get("blend") or {}) if latest is not None else {}
+    weight, n = record.get("weight"), record.get("heldout_n")
+    if not isinstance(weight, int | float) or not isinstance(n, int) or n < MIN_HELDOUT:
+        return None
+    return float(weight)
 
 
 def _eligible_scored(

@@ -376,6 +376,8 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         # The predictor's parts on the test set and the blend's weight (training/blend.py); None with
         # blend off. "accuracy" above is the predictor's (the blend's).
         "blend": _blend_of(metrics),
+        # loop option committee "blend": the weight the active draws followed (None: the equal members)
+        "committee": metrics.get("committee"),
         "seconds": {step: round(s, 3) for step, s in seconds.items()},
         "round_seconds": round(sum(seconds.values()), 3),
         "service_seconds": service,

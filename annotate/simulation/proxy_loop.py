@@ -103,7 +103,7 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             "batch": len(batch),
             "batch_ids": [f"train-{int(data.pool_rows[i])}" for i in batch],
             "commit": spec.commit,
-            "loop_options": {"batch": b, "random_share": spec.random_share, **spec.options},
+            "loop_options": {"batch": b, "seed_labels": spec.s0(c), "random_share": spec.random_share, **spec.options},
         }
         if len(labelled) >= spec.max_labels or len(labelled) >= n:
             _timed(record, started)

@@ -64,27 +64,41 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def _named_by_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Where the records of one data set were made at more than one batch size B (the records'
-    ``batch_size``), each B is its own data set, "<data>-B<B>": its curves are paired with random's
-    at the same B and never averaged with another B's. One B (or none recorded): names unchanged."""
-    sizes: dict[str, set[int]] = {}
+    """Where the records of one data set were made at more than one batch size B or seed-set size
+    (the records' ``batch_size`` / ``seed_labels``, run_shape), each shape is its own data set,
+    "<data>-B<B>" (and "-S<seed set>" where seed sets differ): its curves are paired with random's
+    of the same shape and never averaged with another's. One shape (or none recorded): names unchanged."""
+    shapes: dict[str, set[tuple[int | None, int | None]]] = {}
     for r in records:
-        if (b := batch_size(r)) is not None:
-            sizes.setdefault(str(r.get("data")), set()).add(b)
-    mixed = {data for data, seen in sizes.items() if len(seen) > 1}
-    return [
-        {**r, "data": f"{r['data']}-B{batch_size(r)}"}
-        if str(r.get("data")) in mixed and batch_size(r) is not None
-        else r
-        for r in records
-    ]
+        shapes.setdefault(str(r.get("data")), set()).add(run_shape(r))
+    out = []
+    for r in records:
+        seen = shapes[str(r.get("data"))]
+        b, s0 = run_shape(r)
+        # a record that names no B (or seed set) counts for neither: it keeps the plain name
+        mixed_b, mixed_s = (len({x[i] for x in seen} - {None}) > 1 for i in (0, 1))
+        suffix = (f"-B{b}" if mixed_b and b is not None else "") + (f"-S{s0}" if mixed_s and s0 is not None else "")
+        out.append({**r, "data": f"{r['data']}{suffix}"} if suffix else r)
+    return out
 
 
-def batch_size(record: dict[str, Any]) -> int | None:
-    """The B a record's run was made at: the simulation's ``batch_size``, or the cheap learner's
-    (bench/proxy_sim.py) ``loop_options.batch``; None where neither was recorded."""
-    value = record.get("batch_size", (record.get("loop_options") or {}).get("batch"))
-    return int(value) if isinstance(value, int | float) else None
+def source_set(name: str) -> str:
+    """The data set's own name (its folder under the data directory) from a report name: "trec" from
+    "trec-B50-S50" (_named_by_batch)."""
+    return re.sub(r"(-B\d+)?(-S\d+)?$", "", name)
+
+
+def run_shape(record: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(B, seed-set size) a record's run was made at: the simulation's ``batch_size`` and
+    ``seed_labels``, or the cheap learner's (bench/proxy_sim.py) ``loop_options``; None where not
+    recorded (records of the cheap learner before session 12 name no seed set)."""
+    options = record.get("loop_options") or {}
+    b = record.get("batch_size", options.get("batch"))
+    s0 = record.get("seed_labels", options.get("seed_labels"))
+    return (
+        int(b) if isinstance(b, int | float) else None,
+        int(s0) if isinstance(s0, int | float) else None,
+    )
 
 
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +127,7 @@ def softrank_beta(record: dict[str, Any]) -> float:
 
 def data_key(name: str) -> str:
     """ "SST-2" and "sst2" name the same data set, and so does "sst2-B50" (_named_by_batch)."""
-    return re.sub(r"[^a-z0-9]", "", re.sub(r"-B\d+$", "", name).lower())
+    return re.sub(r"[^a-z0-9]", "", source_set(name).lower())
 
 
 # -- curves and their summaries -------------------------------------------------------------------
@@ -616,12 +630,12 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
     owner: dict[tuple[str, str, Any, Any], int] = {}
     for i, records in enumerate(by_input):
         for r in records:
-            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), batch_size(r))] = i
+            owner[(data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), run_shape(r))] = i
     out = []
     for i, records in enumerate(by_input):
         replaced = set()
         for r in records:
-            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), batch_size(r))
+            key = (data_key(str(r.get("data", ""))), str(r.get("strategy")), r.get("seed"), run_shape(r))
             if owner[key] == i:
                 out.append(r)
             else:
@@ -634,10 +648,14 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
     """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
-    that strategy's records of every data set)."""
+    that strategy's records of every data set; DATA "trec-B50" or "trec-B50-S50": only the records
+    of that run shape, _named_by_batch)."""
     for entry in drop:
         scope, _, commit = entry.partition("@")
         data, _, strategy = scope.rpartition("/")
+        b, s0 = (re.search(rf"-{k}(\d+)(?=-|$)", data) for k in "BS")
+        if (b and run_shape(record)[0] != int(b.group(1))) or (s0 and run_shape(record)[1] != int(s0.group(1))):
+            continue
         if (
             (not data or data_key(str(record.get("data", ""))) == data_key(data))
             and record.get("strategy") == strategy

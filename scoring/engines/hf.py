@@ -31,6 +31,16 @@ if TYPE_CHECKING:
 KV = list[tuple[Any, Any]]  # per layer (keys, values), each [1, kv_heads, P, head_dim]
 
 
+def packed_choice(value: Any, *, on_gpu: bool) -> bool:
+    """Engine option packed_scoring: None = on a GPU; a bool, or 0 / 1 (a number from a shell's JSON
+    edit), as given; anything else (a string such as "false") is refused rather than read as true."""
+    if value is None:
+        return on_gpu
+    if isinstance(value, bool) or (isinstance(value, int | float) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(f"engine option packed_scoring must be true, false, 0 or 1 (or absent), got {value!r}")
+
+
 class HFEngine:
     def __init__(
         self,
@@ -44,7 +54,7 @@ class HFEngine:
         max_cached_prefixes: int = 16,
         max_loaded_adapters: int = 8,
         trunk_cache_bytes: int | None = None,
-        packed_scoring: bool | None = None,
+        packed_scoring: bool | float | None = None,
         packed_tokens: int = 4096,
     ) -> None:
         import torch
@@ -76,7 +86,7 @@ class HFEngine:
         # default on a GPU (engine option "packed_scoring"; None: on a GPU): on the H200 it scored 2,000
         # candidates × 2 adapters at 16 layers in 1.3-2.0 s where the per-row path took 2.5-4.4 s
         # (bench/gpu-results/round-time-ps-w1-128e624*.json). Off on the CPU, where it was not measured.
-        self.packed_scoring = on_gpu if packed_scoring is None else bool(packed_scoring)
+        self.packed_scoring = packed_choice(packed_scoring, on_gpu=on_gpu)
         if packed_tokens < 1:
             raise ValueError(f"packed_tokens must be positive, got {packed_tokens}")
         self.packed_tokens = packed_tokens

@@ -158,18 +158,26 @@ def test_committee_blend_draws_by_the_fitted_predictor_and_says_so(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     """Loop option committee "blend": an active round's draws follow the blend weight the latest
-    finished round's evaluation fitted; the round's metrics (and the ML page's "Picked by") say which."""
+    finished round's evaluation fitted on held-out labels; until one was fitted (the seed round's w = 1
+    is no fit) the K + 1 equal members draw. The round's metrics and the ML page's "Picked by" say which."""
     import json
 
     from annotate.selectors.round_display import metric_lines
+    from training.blend import MIN_HELDOUT
 
     use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "committee": "blend"}))
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     first = _finish(_to_selecting(project, "active"))
     assert first.strategy == "cold-start" and "committee" not in (first.metrics or {})  # a cold round draws none
-    fitted = ((first.metrics or {}).get("blend") or {}).get("weight")
-    assert isinstance(fitted, float)  # the seed round fits one (the adapters alone: too few held-out labels)
-    second = _finish(_to_selecting(project, "active"))
-    assert second.metrics["committee"] == {"mode": "blend", "weight": fitted}
-    assert dict(metric_lines(second.metrics))["Picked by"].startswith("the uncertainty of the blended predictor")
-    assert {s for _, s, _ in _batch(second)} <= {"active", "random"} and len(_batch(second)) == 8
+    rounds = [first]
+    for _ in range(3):
+        rounds.append(_finish(_to_selecting(project, "active")))
+    for before, row in zip(rounds, rounds[1:], strict=False):
+        fit = before.metrics["blend"]
+        fitted = fit["weight"] if fit["heldout_n"] >= MIN_HELDOUT else None
+        assert row.metrics["committee"] == {"mode": "blend", "weight": fitted}, (before.number, fit)
+        assert len(_batch(row)) == 8 and {s for _, s, _ in _batch(row)} <= {"active", "random"}
+    assert rounds[1].metrics["committee"]["weight"] is None  # after the seed round: nothing held out yet
+    assert dict(metric_lines(rounds[1].metrics))["Picked by"].endswith("(no blend weight fitted yet)")
+    assert isinstance(rounds[3].metrics["committee"]["weight"], float)  # rounds 2 and 3: 16 held-out labels
+    assert dict(metric_lines(rounds[3].metrics))["Picked by"].startswith("the uncertainty of the blended predictor")

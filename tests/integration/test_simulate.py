@@ -162,4 +162,4 @@ def test_first_seed_runs_later_seeds_and_bad_seed_counts_are_refused(tiny_llama_
         with pytest.raises(CommandError, match="--first-seed"):
             call_command("simulate", "--data", str(tmp_path / "tiny"), "--model", str(tiny_llama_dir), flag, value,
                          "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))  # fmt: skip
-    assert not (tmp_path / "out" / "records.jsonl").exists() and not (tmp_path / "work").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()

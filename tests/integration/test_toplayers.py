@@ -322,5 +322,15 @@ def test_engine_scores_top_layer_adapters_like_full_prompts(
         assert len(packed._trunk) == len(set(texts)) and not packed._top_kv  # the packed path ran
     assert cached._top_kv  # (the per-row path keeps the top layers' prefix keys/values)
     assert not cached.packed_scoring and plain.packed_scoring is False  # packed is the GPU default only
+    from scoring.engines.hf import packed_choice
+
+    assert packed_choice(None, on_gpu=True) and not packed_choice(None, on_gpu=False)
+    assert (
+        packed_choice(1.0, on_gpu=False) and not packed_choice(0, on_gpu=True) and not packed_choice(False, on_gpu=True)
+    )
+    bad_values: list[Any] = ["false", "true", 2, []]  # e.g. a shell's string edit of the loop options
+    for bad in bad_values:
+        with pytest.raises(ValueError, match="packed_scoring must be true, false, 0 or 1"):
+            HFEngine(str(sharp_dir), device="cpu", packed_scoring=bad)
     with pytest.raises(ValueError, match="packed_tokens must be positive"):
         HFEngine(str(sharp_dir), device="cpu", packed_scoring=True, packed_tokens=0)

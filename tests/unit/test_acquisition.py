@@ -113,6 +113,7 @@ def test_a_blend_committee_is_a_distribution_whose_uncertainty_lies_between_its_
     rng = np.random.default_rng(seed)
     llm, proxy = rng.dirichlet(np.ones(c), size=n), rng.dirichlet(np.ones(c), size=n)
     p = committee_distribution(llm, proxy, 2, weight=w)
+    np.testing.assert_allclose(p, w * llm + (1 - w) * proxy)  # w on the adapters, whatever K
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert (p >= 0).all()
     same = np.zeros((n, c))

@@ -234,10 +234,11 @@ def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> N
     curve: each B is "<data>-B<B>", paired with random at its own B; one B keeps the plain name."""
     import json
 
-    from annotate.simulation.report import paired_rows, selected_records
+    from annotate.simulation.report import paired_rows, selected_records, source_set
 
     def rec(strategy: str, seed: int, labels: int, acc: float, b: int) -> dict[str, object]:
-        return {"data": "trec", "strategy": strategy, "seed": seed, "labels": labels, "accuracy": acc, "batch_size": b}
+        return {"data": "trec", "strategy": strategy, "seed": seed, "labels": labels, "accuracy": acc, "batch_size": b,
+                "seed_labels": 100}  # fmt: skip
 
     b100 = [rec("random", 0, 100, 0.5, 100), rec("random", 0, 200, 0.6, 100),
             rec("active", 0, 100, 0.5, 100), rec("active", 0, 200, 0.7, 100)]  # fmt: skip
@@ -252,7 +253,18 @@ def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> N
     paired = {r["data"]: r for r in paired_rows(both, [])}
     assert paired["trec-B100"]["per_seed"] == "0: +5.0" and paired["trec-B50"]["per_seed"] == "0: -1.0"
     # the cheap learner's records (bench/proxy_sim.py) name their B in loop_options
-    proxy = [{k: v for k, v in r.items() if k != "batch_size"} | {"loop_options": {"batch": 25}} for r in b50]
+    proxy = [
+        {k: v for k, v in r.items() if k not in ("batch_size", "seed_labels")} | {"loop_options": {"batch": 25}}
+        for r in b50
+    ]
     (tmp_path / "proxy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in proxy))
     mixed = selected_records([tmp_path / "b100.jsonl", tmp_path / "proxy.jsonl"], [])
     assert {r["data"] for r in mixed} == {"trec-B100", "trec-B25"}
+    # a seed set of another size at the same B is its own curve too; --drop may name one shape
+    s50 = [r | {"seed_labels": 50} for r in b100]
+    (tmp_path / "s50.jsonl").write_text("".join(json.dumps(r) + "\n" for r in s50))
+    shapes = selected_records([tmp_path / "b100.jsonl", tmp_path / "s50.jsonl", tmp_path / "b50.jsonl"], [])
+    assert len(shapes) == 12 and {r["data"] for r in shapes} == {"trec-B100-S100", "trec-B100-S50", "trec-B50-S100"}
+    kept = selected_records([tmp_path / "b100.jsonl", tmp_path / "b50.jsonl"], ["trec-B50/active@"])
+    assert {(r["data"], r["strategy"]) for r in kept if r["strategy"] == "active"} == {("trec-B100", "active")}
+    assert source_set("trec-B100-S50") == source_set("trec-B50") == source_set("trec") == "trec"

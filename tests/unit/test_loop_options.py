@@ -53,6 +53,8 @@ def test_the_blend_is_on_by_default_and_off_or_a_typo_is_checked() -> None:
 def test_the_soft_rank_exponent_is_checked() -> None:
     assert parse_loop_options({"profile": "cpu"}).committee == "members"
     assert parse_loop_options({"profile": "gpu", "committee": "blend"}).committee == "blend"
+    with pytest.raises(ValueError, match='committee "blend" needs blend "auto"'):
+        parse_loop_options({"profile": "cpu", "committee": "blend", "blend": "off"})
     for wrong in ("proxy", None, ["blend"]):
         with pytest.raises(ValueError, match=r"committee must be one of \['members', 'blend'\]"):
             parse_loop_options({"profile": "cpu", "committee": wrong})

@@ -102,6 +102,9 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def _spec(self, opts: dict[str, Any]) -> sim.SimSpec:
+        if opts["seeds"] < 1 or opts["first_seed"] < 0:  # before anything is created
+            seeds, first = opts["seeds"], opts["first_seed"]
+            raise CommandError(f"--seeds must be >= 1 and --first-seed >= 0, got {seeds} and {first}")
         data_dir = Path(opts["data"]).resolve()
         out = Path(opts["out"]).resolve() if opts["out"] else Path(settings.VAR_DIR) / "sim" / data_dir.name
         out.mkdir(parents=True, exist_ok=True)
@@ -115,9 +118,6 @@ class Command(BaseCommand):
             raise CommandError(f"{model_dir} is no HF model directory (pass --model, or run prepare_models)")
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
-        if opts["seeds"] < 1 or opts["first_seed"] < 0:
-            seeds, first = opts["seeds"], opts["first_seed"]
-            raise CommandError(f"--seeds must be >= 1 and --first-seed >= 0, got {seeds} and {first}")
         if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
             raise CommandError("--pool-sample, --test-sample and --candidate-sample must be 0 (all) or positive")
         return sim.SimSpec(
