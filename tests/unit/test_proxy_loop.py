@@ -28,6 +28,7 @@ def test_every_strategy_reaches_its_labels_with_new_items(strategy: str) -> None
     ids = [i for r in records for i in r["batch_ids"]]
     assert len(ids) == len(set(ids)) == 200 and all(int(i.split("-")[1]) % 3 == 0 for i in ids)
     assert all(0.0 <= r["accuracy"] <= 1.0 and r["commit"] == "abc" for r in records)
+    assert all(r["loop_options"]["batch"] == 25 and r["loop_options"]["seed_labels"] == 20 for r in records)
     assert records[-1]["accuracy"] > 0.6  # well-separated blobs: the learner learns
     seeds = run_job(data, "random", 1, ProxySpec(max_labels=20))[0]["batch_ids"]
     assert records[0]["batch_ids"] == seeds  # the same seed set for every strategy of a seed
