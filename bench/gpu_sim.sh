@@ -114,8 +114,9 @@ args_for() {
     *) echo "--batch 100 --seed-labels 100 --candidate-sample 2000" ;;
   esac
 }
-# BATCH=50 SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins); a
-# 1,000-label curve is then 20 rounds, twice session 12's time a job.
+# BATCH=50 SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins; CLINC150's
+# too, whose 300 is 2 per class: leave it out of SETS or set SEED_LABELS=300); a 1,000-label curve is
+# then 20 rounds, twice session 12's time a job.
 n_jobs=$(( $(echo "$STRATEGIES" | tr ',' '\n' | wc -l) * SEEDS ))
 pids=()
 for set in $SETS; do
