@@ -400,6 +400,33 @@ def cost_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MEMORY_AT = (600, 1000)  # label counts of the memory table's columns, after the first round
+
+
+def memory_table(records: Sequence[dict[str, Any]]) -> str:
+    """Peak reserved GPU memory per job (the records' ``gpu_peak_mib``, the largest over seeds) at the
+    first round and at MEMORY_AT labels, per (data, strategy), with how the members' training steps
+    ran (``adapters.step_modes``, all rounds); empty where no record carries GPU memory (CPU runs)."""
+    peaks: dict[tuple[str, str], dict[str, float]] = {}
+    modes: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        if r.get("gpu_peak_mib") is None or r.get("strategy") == FULL_DATA:
+            continue
+        key = (r["data"], r["strategy"])
+        column = "first" if r.get("round") == 1 else str(r.get("labels"))
+        per = peaks.setdefault(key, {})
+        per[column] = max(per.get(column, 0.0), float(r["gpu_peak_mib"]))
+        modes.setdefault(key, set()).update(str(m) for m in (r.get("adapters") or {}).get("step_modes") or [])
+    if not peaks:
+        return ""
+    head = ["first round", *(f"{n:,} labels" for n in MEMORY_AT)]
+    lines = ["| data | strategy | " + " | ".join(head) + " | training steps |", "|" + "---|" * (len(head) + 3)]
+    for key, per in sorted(peaks.items(), key=lambda kv: (kv[0][0], strategy_order(kv[0][1]))):
+        cells = [f"{per[c]:,.0f} MiB" if c in per else DASH for c in ("first", *map(str, MEMORY_AT))]
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {', '.join(sorted(modes[key])) or DASH} |")
+    return "\n".join(lines)
+
+
 # -- the plot -------------------------------------------------------------------------------------
 
 
@@ -569,6 +596,15 @@ def write_report(
             stopping_table(records),
             "Seconds per round step (mean over rounds and seeds):",
             cost_table(records),
+            *(
+                [
+                    "GPU memory per job (peak reserved, the records' gpu_peak_mib: the largest over seeds)"
+                    " and how the training steps ran (adapters.step_modes):",
+                    memory,
+                ]
+                if (memory := memory_table(records))
+                else []
+            ),
         ]
     )
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -268,3 +268,17 @@ def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> N
     kept = selected_records([tmp_path / "b100.jsonl", tmp_path / "b50.jsonl"], ["trec-B50/active@"])
     assert {(r["data"], r["strategy"]) for r in kept if r["strategy"] == "active"} == {("trec-B100", "active")}
     assert source_set("trec-B100-S50") == source_set("trec-B50") == source_set("trec") == "trec"
+
+
+def test_the_memory_table_takes_the_largest_peak_over_seeds_and_says_how_steps_ran() -> None:
+    from annotate.simulation.report import memory_table
+
+    def rec(seed: int, n: int, labels: int, mib: float | None, modes: list[str]) -> dict[str, object]:
+        return {"data": "trec", "strategy": "active", "seed": seed, "round": n, "labels": labels,
+                "accuracy": 0.5, "gpu_peak_mib": mib, "adapters": {"step_modes": modes}}  # fmt: skip
+
+    records = [rec(0, 1, 100, 1700, ["graph"]), rec(1, 1, 100, 1750, ["graph"]), rec(0, 6, 600, 2200, ["graph"]),
+               rec(1, 6, 600, 2100, ["eager"]), rec(0, 10, 1000, 2300, ["graph"])]  # fmt: skip
+    table = memory_table(records)
+    assert "| trec | active | 1,750 MiB | 2,200 MiB | 2,300 MiB | eager, graph |" in table
+    assert memory_table([rec(0, 1, 100, None, [])]) == ""  # a CPU run records no GPU memory: no table
