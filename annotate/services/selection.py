@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from django.db import transaction
@@ -173,13 +174,11 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
             labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
         if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
             proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
-            weight = _committee_weight(round) if config.selection.committee == "blend" else None
+            by_blend = config.selection.committee == "blend"
+            weight = _committee_weight(round) if by_blend else None
             committee_p = committee_distribution(mean_p, proxy_p, config.k, weight=weight)
-            if config.selection.committee == "blend":
-                metrics = dict(Round.objects.get(id=round.id).metrics or {})
-                # null weight: no evaluation has fitted one yet, so the K + 1 equal members drew
-                metrics["committee"] = {"mode": "blend", "weight": weight}
-                Round.objects.filter(id=round.id).update(metrics=metrics)
+            if by_blend:  # a null weight: no evaluation has fitted one yet, so the K + 1 equal members drew
+                _merge_metrics(round.id, committee={"mode": "blend", "weight": weight})
             if round.strategy == "portfolio":
                 split = portfolio_split(
                     round=round, labeled=labeled, labeled_emb=labeled_emb, n_classes=mean_p.shape[1]
@@ -201,9 +200,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
         picks: dict[str, list[int]] = {}
         for i, arm in zip(sel.indices, sel.arms, strict=True):
             picks.setdefault(arm, []).append(int(ids[i]))
-        metrics = dict(Round.objects.get(id=round.id).metrics or {})
-        metrics["selection"] = {**portfolio.split_to_json(split), "picks": picks}
-        Round.objects.filter(id=round.id).update(metrics=metrics)
+        _merge_metrics(round.id, selection={**portfolio.split_to_json(split), "picks": picks})
     return [
         (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
         for i, r in zip(sel.indices, sel.is_random, strict=True)
@@ -240,6 +237,14 @@ def portfolio_split(
     ]
     y = np.asarray(labeled.label_indices, dtype=np.int64)
     return portfolio.split_labels(labeled_emb, y, arms, n_classes, pipeline.step_rng(round.seed, "portfolio"))
+
+
+def _merge_metrics(round_id: int, **values: Any) -> None:
+    """Set keys of the round's metrics, keeping the others (read afresh: another step of this
+    selection may have written since the row was loaded)."""
+    metrics = dict(Round.objects.get(id=round_id).metrics or {})
+    metrics.update(values)
+    Round.objects.filter(id=round_id).update(metrics=metrics)
 
 
 def _committee_weight(row: Round) -> float | None:
