@@ -142,7 +142,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         softrank_beta=_softrank_beta(raw),
         committee=_committee(raw),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
-        engine_options=tuple(sorted(dict(raw.get("engine_options", {})).items())),
+        engine_options=_engine_options(raw),
     )
 
 
@@ -153,6 +153,20 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
     if value not in COLD_MODES:
         raise ValueError(f"loop option cold_mode must be one of {list(COLD_MODES)}, got {value!r}")
     return value
+
+
+def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The engine's options as given; the hf engine's packed_scoring is checked here, at start-up,
+    rather than when a worker first builds the engine mid-round."""
+    from scoring.engines.hf import packed_choice
+
+    options = dict(raw.get("engine_options", {}))
+    if "packed_scoring" in options:
+        try:
+            packed_choice(options["packed_scoring"], on_gpu=False)
+        except ValueError as exc:
+            raise ValueError(f"loop option engine_options: {exc}") from None
+    return tuple(sorted(options.items()))
 
 
 def _committee(raw: Mapping[str, Any]) -> str:
