@@ -11,8 +11,8 @@
 # wheels Django, Celery and our other imports need (.whl/, for python 3.12).
 # On the GPU machine, each call copies its part into /root/stage; bench/device_install.sh unpacks.
 # Four calls, back to back (the machine is given back ~30 s after a call): part-00 with SHA256SUMS,
-# part-01, part-02, then .whl/ with the first real command (since session 10 the working tree, ~13 MB,
-# no longer fits beside part-02 and .whl/ together).
+# part-01, part-02, then part-03 with .whl/ and the first real command. Parts of 40 MB (PART_BYTES):
+# since session 13 the working tree is ~21 MB, and a 46 MB part beside it passed the 64 MiB a call carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for d in /.devstage/ /.whl/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
@@ -34,7 +34,7 @@ for set in trec sst2 clinc150 emotion snips search_snippets; do
   cp ../shared/data/$set/train.csv ../shared/data/$set/test.csv "$work/b/data/$set/"
 done
 rm -rf .devstage && mkdir -p .devstage
-tar cf - -C "$work/b" . | xz -T0 -3 | split -b 46000000 -d - .devstage/part-
+tar cf - -C "$work/b" . | xz -T0 -3 | split -b "${PART_BYTES:-40000000}" -d - .devstage/part-
 (cd .devstage && sha256sum part-* > SHA256SUMS)
 rm -rf .whl && mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
