@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from annotate.simulation.report import load_records  # noqa: E402
+from annotate.simulation.report import load_records, named_by_shape  # noqa: E402
 from training.blend import MIN_HELDOUT, WINDOW, choose_weight, pool  # noqa: E402
 
 AT = (200, 500, 1000)
@@ -100,9 +100,11 @@ class Scored(NamedTuple):
 
 
 def jobs(records: Sequence[dict[str, Any]]) -> Jobs:
-    """Round records with blend evidence and test counts, per (data, strategy, seed), by round."""
+    """Round records with blend evidence and test counts, per (data, strategy, seed), by round. Runs of
+    one set at several B or seed-set sizes are separate sets ("trec-B50", named_by_shape): seed 0 at
+    B=50 and seed 0 at B=100 are two jobs, not one job's rounds interleaved."""
     out: dict[tuple[str, str, int], dict[int, dict[str, Any]]] = defaultdict(dict)
-    for r in records:
+    for r in named_by_shape(list(records)):
         evidence = (r.get("blend") or {}).get("evidence") or {}
         if evidence.get("test") and r.get("labels") is not None:
             out[(r["data"], r["strategy"], int(r["seed"]))][int(r["round"])] = r

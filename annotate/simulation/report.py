@@ -63,7 +63,7 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def _named_by_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def named_by_shape(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Where the records of one data set were made at more than one batch size B or seed-set size
     (the records' ``batch_size`` / ``seed_labels``, run_shape), each shape is its own data set,
     "<data>-B<B>" (and "-S<seed set>" where seed sets differ): its curves are paired with random's
@@ -84,7 +84,7 @@ def _named_by_batch(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def source_set(name: str) -> str:
     """The data set's own name (its folder under the data directory) from a report name: "trec" from
-    "trec-B50-S50" (_named_by_batch)."""
+    "trec-B50-S50" (named_by_shape)."""
     return re.sub(r"(-B\d+)?(-S\d+)?$", "", name)
 
 
@@ -126,7 +126,7 @@ def softrank_beta(record: dict[str, Any]) -> float:
 
 
 def data_key(name: str) -> str:
-    """ "SST-2" and "sst2" name the same data set, and so does "sst2-B50" (_named_by_batch)."""
+    """ "SST-2" and "sst2" name the same data set, and so does "sst2-B50" (named_by_shape)."""
     return re.sub(r"[^a-z0-9]", "", source_set(name).lower())
 
 
@@ -661,7 +661,7 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
     """The records of ``paths`` less the ``drop`` entries; a job (data, strategy, seed, B) found in
     several inputs — the same configuration run again, e.g. to take it further — keeps the run of the
     last input that holds it (said on stdout), so no curve counts a seed twice. A data set run at
-    several B is one data set per B (_named_by_batch)."""
+    several B is one data set per B (named_by_shape)."""
     by_input = [[r for r in load_records([path]) if not _dropped(r, drop)] for path in paths]
     owner: dict[tuple[str, str, Any, Any], int] = {}
     for i, records in enumerate(by_input):
@@ -679,13 +679,13 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
         for data, strategy, seed, b in sorted(replaced, key=str):
             newer = paths[owner[(data, strategy, seed, b)]]
             print(f"{data} {strategy} seed {seed}: the run in {newer} replaces {paths[i]}'s")
-    return _named_by_batch(out)
+    return named_by_shape(out)
 
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
     """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
     that strategy's records of every data set; DATA "trec-B50" or "trec-B50-S50": only the records
-    of that run shape, _named_by_batch)."""
+    of that run shape, named_by_shape)."""
     for entry in drop:
         scope, _, commit = entry.partition("@")
         data, _, strategy = scope.rpartition("/")

@@ -61,6 +61,18 @@ def test_rules_replay_weights_and_test_accuracy() -> None:
     assert "| proxy alone (w = 0) | -20.00 | -20.0 | 1 | 1 |" in text
 
 
+def test_runs_of_one_set_at_two_batch_sizes_are_two_jobs() -> None:
+    # Seed 0 of "toy" at B=50 and at B=100: two jobs named by their shape, not one job whose rounds
+    # overwrite each other's.
+    test = _counts(100, [60, 62, 64, 66, 70, 90, 85, 84, 83, 82, 80])
+    records = [{**_record(100, 1, 1.0, None, test), "batch_size": b, "seed_labels": 100} for b in (50, 100)]
+    by_job = blend_rules.jobs(records)
+    assert sorted(by_job) == [("toy-B100", "active", 0), ("toy-B50", "active", 0)]
+    assert all(len(rounds) == 1 for rounds in by_job.values())
+    # One shape only: the plain name.
+    assert sorted(blend_rules.jobs(records[:1])) == [("toy", "active", 0)]
+
+
 def test_records_without_counts_are_said_to_be_missing() -> None:
     assert "No record carries blend evidence" in blend_rules.tables([{"data": "toy", "blend": {"weight": 1.0}}])
 
