@@ -9,9 +9,9 @@
 # A mid-sized label set from a shared one (how many labels the 16 wide layers need, TrainConfig.
 # wide_top_layers): SETS=clinc150 EXTRA="--label-subset 60" (records' data: clinc150-60labels).
 #
-# Two sets (12 jobs) a call: the jobs' kernels are small and the GPU runs one process's at a time,
-# so a round's time grows with the number of jobs; 12 jobs reach 1,000 labels inside one call
-# (session 6: clinc150+trec, sst2+emotion, snips+search_snippets).
+# The jobs' kernels are small and the GPU runs one process's at a time (88 % busy at 12 jobs), so a
+# round's time grows with the number of jobs: at B=50 one set (6 jobs) a call reaches 1,000 labels
+# (session 13: 265-376 s a set); at B=100 two sets (12 jobs) a call did (sessions 6-12).
 #
 # Results, flat in $OUT (the device tool brings back at most 8 files): records.jsonl (one JSON line per
 # round and job, every line with the commit and the loop options), sim.log (every job's progress
@@ -102,21 +102,21 @@ COPIER=$!
 # The seed set is the app's default cold start: the most typical items (loop option cold_mode
 # "typical", scoring.selection.select_typical) for every strategy but random, whose seed set stays a
 # uniform draw; records say which ("cold_mode") and the report names e.g. "active+typical".
-# B=100 after a seed set of 100 (CLINC150: 300, 2 per class, as BASELINES.md): ten rounds land on
-# 100, 200, ..., 1,000 labels, the report's columns. At B=50 a 1,000-label curve is 19 rounds of
-# 48 steps per member, more than one sitting holds (session 5 reached 500-700 labels at 18 jobs).
+# B=50 after a seed set of 100 (CLINC150: 300, 2 per class, as BASELINES.md): the app's own shape
+# (Project.batch_size 50, two cold-start batches); 1,000 labels are 19 rounds of 48 steps per member
+# (CLINC150: 15), one set (6 jobs) a call of ~270-450 s since session 13. Sessions 6-12 ran B=100 (ten
+# rounds on 100, 200, ..., 1,000 labels): BATCH=100 runs that shape again; the report keeps the two apart.
 # CLINC150 is scored on a fixed 2,000-item sample of its 5,500 test items (--test-sample, the same
 # items for every job): its 1,015-token prompts made evaluation a third of its round.
 args_for() {
   case $1 in
-    clinc150) echo "--batch 100 --seed-labels 300 --candidate-sample 2000 --test-sample 2000" ;;
-    sst2) echo "--batch 100 --seed-labels 100 --pool-sample 20000 --candidate-sample 2000" ;;
-    *) echo "--batch 100 --seed-labels 100 --candidate-sample 2000" ;;
+    clinc150) echo "--batch 50 --seed-labels 300 --candidate-sample 2000 --test-sample 2000" ;;
+    sst2) echo "--batch 50 --seed-labels 100 --pool-sample 20000 --candidate-sample 2000" ;;
+    *) echo "--batch 50 --seed-labels 100 --candidate-sample 2000" ;;
   esac
 }
-# BATCH=50 SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins; CLINC150's
-# too, whose 300 is 2 per class: leave it out of SETS or set SEED_LABELS=300); a 1,000-label curve is
-# then 20 rounds, twice session 12's time a job.
+# BATCH=100 / SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins; CLINC150's
+# too, whose 300 is 2 per class: leave it out of SETS or set SEED_LABELS=300).
 n_jobs=$(( $(echo "$STRATEGIES" | tr ',' '\n' | wc -l) * SEEDS ))
 pids=()
 for set in $SETS; do
