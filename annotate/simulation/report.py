@@ -247,12 +247,16 @@ def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
     return fmt(stat, len(per_seed), 0)
 
 
-def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+def paired_rows(
+    records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]], superseded: Sequence[str] = ()
+) -> list[dict[str, str]]:
     """Per (data, strategy other than random): the paired comparison with random on the same seeds
     (same seed set): Δ area under the curve (each seed's strategy minus its random, over the label
     range both cover), mean ± std over seeds; wins = rounds (seed × label count present in both)
-    where the strategy's accuracy is higher; and the verdicts against the cheap baseline's margin
-    loop at 200 and 1,000 labels (our mean minus its mean)."""
+    where the strategy's accuracy is higher; the verdicts against the cheap baseline's margin
+    loop at 200 and 1,000 labels (our mean minus its mean); and the commits of the pair's records,
+    each one that starts with a ``superseded`` prefix marked "(earlier code)": a row of code that no
+    longer runs as it did then."""
     by_key = curves(records)
     rows = []
     for data in sorted({d for d, _ in by_key}):
@@ -284,8 +288,13 @@ def paired_rows(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str,
                 ours = mean_std([at(c, x) for c in by_key[key].values()])
                 theirs = _mean_of(margin.get(f"acc@{x}", "")) if margin else None
                 row[f"vs_margin@{x}"] = DASH if ours is None or theirs is None else f"{ours[0] - theirs:+.1f}"
+            pair = {
+                str(r.get("commit") or "?")[:10]
+                for r in records
+                if r.get("data") == data and r.get("strategy") in (key[1], "random")
+            }
             row["commits"] = ", ".join(
-                sorted({str(r.get("commit") or "?")[:10] for r in records if r.get("data") == data})
+                c + (" (earlier code)" if any(c.startswith(p) for p in superseded if p) else "") for c in sorted(pair)
             )
             rows.append(row)
     return rows
@@ -564,11 +573,13 @@ def write_report(
     plots_dir: Path | None = None,
     baselines: Path | None = DEFAULT_BASELINES,
     drop: Sequence[str] = (),
+    superseded: Sequence[str] = (),
 ) -> str:
     """The table (printed and written to OUT/report.md) and one PNG per data set, written to OUT and
     copied to ``plots_dir``. ``drop``: "[data/]strategy@commit-prefix" entries whose records are left
     out (a strategy re-run by newer code, its old records kept in the same file; "data/" limits it to
-    one set). Returns the markdown."""
+    one set). ``superseded``: commit prefixes whose code no longer exists as it ran (the paired
+    table marks them "(earlier code)"). Returns the markdown."""
     paths = [records_path] if isinstance(records_path, Path) else list(records_path)
     records = selected_records(paths, drop)
     base = baseline_rows(baselines)
@@ -579,7 +590,7 @@ def write_report(
             test_sets_line(records),
             "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
             " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
-            paired_table(paired := paired_rows(records, base)),
+            paired_table(paired := paired_rows(records, base, superseded)),
             "The same Δ seed by seed (seed: strategy minus random, points):",
             per_seed_table(paired),
             *(
@@ -622,7 +633,12 @@ README_BEGIN = "<!-- sim-report:begin -->"
 README_END = "<!-- sim-report:end -->"
 
 
-def readme_block(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]], sources: Sequence[str]) -> str:
+def readme_block(
+    records: Sequence[dict[str, Any]],
+    baselines: Sequence[dict[str, str]],
+    sources: Sequence[str],
+    superseded: Sequence[str] = (),
+) -> str:
     """README's label-efficiency lines: the paired table, the label counts the curves reached, the
     inputs and commits they came from. Written by ``sim_report.py --readme`` between README_BEGIN and
     README_END, never by hand."""
@@ -641,7 +657,7 @@ def readme_block(records: Sequence[dict[str, Any]], baselines: Sequence[dict[str
             f" {', '.join(commits)}; the labels the curves reached, fewest–most over the seeds: {'; '.join(reached)}).",
             test_sets_line(records),
             "",
-            paired_table(paired_rows(records, baselines)),
+            paired_table(paired_rows(records, baselines, superseded)),
             README_END,
         ]
     )
@@ -714,15 +730,34 @@ def main() -> None:
     parser.add_argument("--baselines", type=Path, default=DEFAULT_BASELINES)
     parser.add_argument("--drop", action="append", default=[], help="[DATA/]STRATEGY@COMMIT: leave those records out")
     parser.add_argument("--readme", type=Path, default=None, help="also rewrite this README's sim-report block")
+    parser.add_argument(
+        "--superseded",
+        action="append",
+        default=[],
+        help='COMMIT: records of this commit (prefix) ran code that no longer exists; marked "(earlier code)"',
+    )
     args = parser.parse_args()
     first = args.inputs[0]
     out = args.out or (first if first.is_dir() else first.parent)
     plots_dir = args.plots_dir or (ROOT / "bench" / "plots" if args.readme is not None else out)
-    print(write_report(args.inputs, out_dir=out, plots_dir=plots_dir, baselines=args.baselines, drop=args.drop))
+    print(
+        write_report(
+            args.inputs,
+            out_dir=out,
+            plots_dir=plots_dir,
+            baselines=args.baselines,
+            drop=args.drop,
+            superseded=args.superseded,
+        )
+    )
     if args.readme is not None:
         records = selected_records(args.inputs, args.drop)
-        sources = [str(p) for p in args.inputs] + [f"--drop {d}" for d in args.drop]
-        update_readme(args.readme, readme_block(records, baseline_rows(args.baselines), sources))
+        sources = (
+            [str(p) for p in args.inputs]
+            + [f"--drop {d}" for d in args.drop]
+            + [f"--superseded {c}" for c in args.superseded]
+        )
+        update_readme(args.readme, readme_block(records, baseline_rows(args.baselines), sources, args.superseded))
         print(f"README block rewritten: {args.readme}")
 
 

@@ -229,6 +229,26 @@ def test_the_paired_comparison_is_per_seed_and_its_mean() -> None:
     assert "| trec | active | 0: +5.0, 1: -1.0 |" in per_seed_table([row])
 
 
+def test_the_paired_rows_commits_are_the_pairs_and_superseded_ones_are_marked() -> None:
+    """A paired row names the commits of its own strategy's and random's records (not another
+    strategy's of the same set), and marks those of code that no longer exists "(earlier code)"."""
+    from annotate.simulation.report import paired_rows
+
+    def rec(strategy: str, seed: int, labels: int, acc: float, commit: str) -> dict[str, object]:
+        return {"data": "trec", "strategy": strategy, "seed": seed, "labels": labels, "accuracy": acc, "commit": commit}
+
+    records = [
+        rec("random", 0, 100, 0.5, "aaa1111"), rec("random", 0, 200, 0.6, "aaa1111"),
+        rec("active", 0, 100, 0.5, "bbb2222"), rec("active", 0, 200, 0.7, "bbb2222"),
+        rec("portfolio", 0, 100, 0.5, "ccc3333"), rec("portfolio", 0, 200, 0.65, "ccc3333"),
+    ]  # fmt: skip
+    plain = {r["strategy"]: r["commits"] for r in paired_rows(records, [])}
+    assert plain == {"active": "aaa1111, bbb2222", "portfolio": "aaa1111, ccc3333"}
+    marked = {r["strategy"]: r["commits"] for r in paired_rows(records, [], superseded=["ccc", "aaa1"])}
+    assert marked["active"] == "aaa1111 (earlier code), bbb2222"
+    assert marked["portfolio"] == "aaa1111 (earlier code), ccc3333 (earlier code)"
+
+
 def test_a_data_set_run_at_two_batch_sizes_is_two_data_sets(tmp_path: Path) -> None:
     """Records of one set at B=100 and B=50 (two inputs) are never averaged or deduplicated into one
     curve: each B is "<data>-B<B>", paired with random at its own B; one B keeps the plain name."""
