@@ -375,12 +375,18 @@ COLUMNS = (
 
 
 def markdown_table(ours: Sequence[dict[str, str]], baselines: Sequence[dict[str, str]]) -> str:
-    """Ours, then the baseline's rows of the same data set (matched by name: SST-2 = sst2). Without
-    a full-data run of ours in the records, "labels to 95 % of full" has nothing to divide by and
-    is left out, not shown empty (the full-data column stays: the baseline rows hold its ceiling)."""
+    """One table per data set: ours, then the baseline's rows of the same data set (matched by name:
+    SST-2 = sst2), each table under its set's name when there are several. Without a full-data run
+    of ours in the records, "labels to 95 % of full" has nothing to divide by and is left out, not
+    shown empty (the full-data column stays: the baseline rows hold its ceiling)."""
     columns = [c for c in COLUMNS if c[0] != "to95" or any(r.get("full", DASH) != DASH for r in ours)]
-    lines = ["| " + " | ".join(title for _, title in columns) + " |", "|" + "---|" * len(columns)]
-    for data in dict.fromkeys(r["data"] for r in ours):
+    header = ["| " + " | ".join(title for _, title in columns) + " |", "|" + "---|" * len(columns)]
+    sets = list(dict.fromkeys(r["data"] for r in ours))
+    lines: list[str] = []
+    for data in sets:
+        if len(sets) > 1:
+            lines += ([""] if lines else []) + [f"**{data}**", ""]
+        lines += header
         same = [r for r in baselines if data_key(r["data"]) == data_key(data)]
         for row in [r for r in ours if r["data"] == data] + same:
             lines.append("| " + " | ".join(row.get(key, DASH) for key, _ in columns) + " |")

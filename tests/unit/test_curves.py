@@ -118,6 +118,25 @@ def test_labels_to_95_needs_a_full_data_run_of_ours() -> None:
     assert "| 90.0 | 128±0 |" in with_full
 
 
+def test_the_summary_is_one_table_per_data_set_with_its_baseline_rows() -> None:
+    from annotate.simulation.report import markdown_table, summary_rows
+
+    records = [
+        {"data": d, "strategy": s, "seed": 0, "labels": n, "accuracy": a}
+        for d in ("trec", "sst2")
+        for s in ("active", "random")
+        for n, a in ((100, 0.5), (200, 0.8))
+    ]
+    baselines = [{"data": "SST-2", "strategy": "baseline: MiniLM + LR, margin", "acc@200": "70.0"}]
+    text = markdown_table(summary_rows(records), baselines)
+    assert text.count("| data | strategy |") == 2
+    sst2, trec = text.split("**trec**")  # the sets in the summary's (sorted) order
+    assert "**sst2**" in sst2 and "| sst2 | random |" in sst2 and "| SST-2 | baseline: MiniLM + LR, margin |" in sst2
+    assert "| trec | active |" in trec and "SST-2" not in trec
+    alone = markdown_table(summary_rows([r for r in records if r["data"] == "trec"]), [])
+    assert "**trec**" not in alone and alone.startswith("| data | strategy |")
+
+
 def test_the_stopping_rule_is_replayed_on_the_curves() -> None:
     from annotate.simulation.report import stopping_table
 
