@@ -163,3 +163,15 @@ def test_first_seed_runs_later_seeds_and_bad_seed_counts_are_refused(tiny_llama_
             call_command("simulate", "--data", str(tmp_path / "tiny"), "--model", str(tiny_llama_dir), flag, value,
                          "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))  # fmt: skip
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_default_shape_is_a_new_projects() -> None:
+    """Without --batch / --seed-labels a simulation runs a new project's shape: B = Project.batch_size
+    and a seed set of cold_start_batches such batches (50 and 100), the shape the GPU results report."""
+    from annotate.management.commands.simulate import Command
+    from annotate.models import Project
+
+    opts = Command().create_parser("manage.py", "simulate").parse_args([])
+    project = Project()
+    assert opts.batch == project.batch_size == 50
+    assert opts.seed_labels == project.batch_size * project.cold_start_batches == 100

@@ -1,8 +1,12 @@
 """Simulated annotation: R rounds per (strategy, seed) through the production services, the
 annotator answering with the gold labels; records to OUT/records.jsonl, then the table and the plot.
 
-    manage.py simulate --data ../shared/data/trec --strategy active,random --rounds 8 --batch 25 \\
+    manage.py simulate --data ../shared/data/trec --strategy active,random --labels 1000 \\
         --seeds 3 --engine hf --out var/sim/trec --workers 6
+
+B and the seed set default to a new project's shape (Project.batch_size, 50, and cold_start_batches
+of those before the model chooses: 100), the shape bench/gpu_sim.sh measures (bench/RESULTS.md);
+--batch / --seed-labels set others.
 
 --workers 1 runs the jobs one after another in this process and its database (one project per
 job). --workers W > 1 runs W jobs at a time, each in its own subprocess with its own VAR_DIR under
@@ -28,6 +32,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotate.models import Project
 from annotate.simulation import harness as sim
 from annotate.simulation import report
 
@@ -40,7 +45,13 @@ class Command(BaseCommand):
         parser.add_argument("--strategy", default="active,random", help=f"comma list of {sim.STRATEGIES} or 'all'")
         parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
         parser.add_argument("--labels", type=int, default=0, help="stop a job at this many labels (0: --rounds)")
-        parser.add_argument("--batch", type=int, default=25, help="items per round after the seed set (B)")
+        batch, cold = (Project._meta.get_field(f).get_default() for f in ("batch_size", "cold_start_batches"))
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=batch,
+            help=f"items per round after the seed set (B; a project's default: {batch})",
+        )
         parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy: --first-seed .. +N-1")
         parser.add_argument("--first-seed", type=int, default=0, help="the first seed (more seeds in a later call)")
         parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
@@ -51,7 +62,12 @@ class Command(BaseCommand):
         parser.add_argument("--pool-sample", type=int, default=0, help="fixed random sample of train as the pool")
         parser.add_argument("--test-sample", type=int, default=0, help="fixed random sample of test as the test set")
         parser.add_argument("--label-subset", type=int, default=0, help="only a fixed random N of the labels (0: all)")
-        parser.add_argument("--seed-labels", type=int, default=20, help="seed set labelled in round 1 (the cold start)")
+        parser.add_argument(
+            "--seed-labels",
+            type=int,
+            default=batch * cold,
+            help=f"seed set labelled in round 1 (the cold start; default a project's {cold} cold-start batches)",
+        )
         parser.add_argument("--candidate-sample", type=int, default=0, help="items rescored per round (0: all)")
         parser.add_argument("--mass-threshold", type=float, default=0.05, help="label mass under it: review bucket")
         parser.add_argument("--workers", type=int, default=1, help="jobs at a time (>1: one subprocess each)")
