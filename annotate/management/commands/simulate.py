@@ -45,7 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--strategy", default="active,random", help=f"comma list of {sim.STRATEGIES} or 'all'")
         parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
         parser.add_argument("--labels", type=int, default=0, help="stop a job at this many labels (0: --rounds)")
-        batch, cold = (Project._meta.get_field(f).get_default() for f in ("batch_size", "cold_start_batches"))
+        fresh = Project()  # a new project's defaults, never saved
+        batch, cold = fresh.batch_size, fresh.cold_start_batches
         parser.add_argument(
             "--batch",
             type=int,
