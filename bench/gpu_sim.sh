@@ -10,8 +10,9 @@
 # wide_top_layers): SETS=clinc150 EXTRA="--label-subset 60" (records' data: clinc150-60labels).
 #
 # The jobs' kernels are small and the GPU runs one process's at a time (88 % busy at 12 jobs), so a
-# round's time grows with the number of jobs: at B=50 one set (6 jobs) a call reaches 1,000 labels
-# (session 13: 265-376 s a set); at B=100 two sets (12 jobs) a call did (sessions 6-12).
+# round's time grows with the number of jobs: at B=50 a call of one 8-layer set (6 jobs, 265-325 s) or
+# two (12 jobs, 367-376 s) reaches 1,000 labels, CLINC150 (16 layers) in two calls of 3 jobs (324 s
+# active, 262 s random; sessions 13-14); at B=100 two sets (12 jobs) a call did (sessions 6-12).
 #
 # Results, flat in $OUT (the device tool brings back at most 8 files): records.jsonl (one JSON line per
 # round and job, every line with the commit and the loop options), sim.log (every job's progress
@@ -102,9 +103,9 @@ COPIER=$!
 # The seed set is the app's default cold start: the most typical items (loop option cold_mode
 # "typical", scoring.selection.select_typical) for every strategy but random, whose seed set stays a
 # uniform draw; records say which ("cold_mode") and the report names e.g. "active+typical".
-# B=50 after a seed set of 100 (CLINC150: 300, 2 per class, as BASELINES.md): the app's own shape
-# (Project.batch_size 50, two cold-start batches); 1,000 labels are 19 rounds of 48 steps per member
-# (CLINC150: 15), one set (6 jobs) a call of ~270-450 s since session 13. Sessions 6-12 ran B=100 (ten
+# B=50 after a seed set of 100 (CLINC150: 300, about 2 per class, as BASELINES.md's 302): the app's own
+# shape (Project.batch_size 50, two cold-start batches); 1,000 labels are 19 rounds of 48 steps per
+# member (CLINC150: 15). Sessions 6-12 ran B=100 (ten
 # rounds on 100, 200, ..., 1,000 labels): BATCH=100 runs that shape again; the report keeps the two apart.
 # CLINC150 is scored on a fixed 2,000-item sample of its 5,500 test items (--test-sample, the same
 # items for every job): its 1,015-token prompts made evaluation a third of its round.
@@ -116,7 +117,7 @@ args_for() {
   esac
 }
 # BATCH=100 / SEED_LABELS=50: every set's B and seed set instead of args_for's (the last flag wins; CLINC150's
-# too, whose 300 is 2 per class: leave it out of SETS or set SEED_LABELS=300).
+# too, whose 300 is about 2 per class: leave it out of SETS or set SEED_LABELS=300).
 n_jobs=$(( $(echo "$STRATEGIES" | tr ',' '\n' | wc -l) * SEEDS ))
 pids=()
 for set in $SETS; do

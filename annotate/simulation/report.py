@@ -27,6 +27,7 @@ import gzip
 import json
 import re
 import shutil
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -254,9 +255,9 @@ def paired_rows(
     (same seed set): Δ area under the curve (each seed's strategy minus its random, over the label
     range both cover), mean ± std over seeds; wins = rounds (seed × label count present in both)
     where the strategy's accuracy is higher; the verdicts against the cheap baseline's margin
-    loop at 200 and 1,000 labels (our mean minus its mean); and the commits of the pair's records,
-    each one that starts with a ``superseded`` prefix marked "(earlier code)": a row of code that no
-    longer runs as it did then."""
+    loop at 200 and 1,000 labels (our mean minus its mean); and the commits of the pair's records (the
+    strategy's, and random's of the seeds paired with them), each one that a ``superseded`` prefix (or
+    full hash) names marked "(earlier code)": a row of code that no longer runs as it did then."""
     by_key = curves(records)
     rows = []
     for data in sorted({d for d, _ in by_key}):
@@ -288,16 +289,29 @@ def paired_rows(
                 ours = mean_std([at(c, x) for c in by_key[key].values()])
                 theirs = _mean_of(margin.get(f"acc@{x}", "")) if margin else None
                 row[f"vs_margin@{x}"] = DASH if ours is None or theirs is None else f"{ours[0] - theirs:+.1f}"
+            paired_seeds = {seed for seed in by_key[key] if seed in rand}
             pair = {
                 str(r.get("commit") or "?")[:10]
                 for r in records
-                if r.get("data") == data and r.get("strategy") in (key[1], "random")
+                if r.get("data") == data
+                and (
+                    r.get("strategy") == key[1]
+                    or (r.get("strategy") == "random" and r.get("seed") is not None and int(r["seed"]) in paired_seeds)
+                )
             }
             row["commits"] = ", ".join(
-                c + (" (earlier code)" if any(c.startswith(p) for p in superseded if p) else "") for c in sorted(pair)
+                c + (" (earlier code)" if any(names_commit(p, c) for p in superseded) else "") for c in sorted(pair)
             )
             rows.append(row)
     return rows
+
+
+def names_commit(given: str, commit: str) -> bool:
+    """Whether ``given`` (a prefix or a full hash) names ``commit`` (a record's, cut to 10 characters;
+    often the 7-character short hash)."""
+    if not given or not commit or commit == "?":
+        return False
+    return commit.startswith(given[:10]) or given.startswith(commit)
 
 
 def _mean_of(cell: str) -> float | None:
@@ -746,6 +760,11 @@ def main() -> None:
     first = args.inputs[0]
     out = args.out or (first if first.is_dir() else first.parent)
     plots_dir = args.plots_dir or (ROOT / "bench" / "plots" if args.readme is not None else out)
+    if args.superseded:
+        commits = {str(r.get("commit") or "")[:10] for r in selected_records(args.inputs, args.drop)}
+        for prefix in args.superseded:
+            if not any(names_commit(prefix, c) for c in commits):
+                print(f"--superseded {prefix}: no record of that commit in these inputs", file=sys.stderr)
     print(
         write_report(
             args.inputs,

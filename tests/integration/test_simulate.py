@@ -167,11 +167,15 @@ def test_first_seed_runs_later_seeds_and_bad_seed_counts_are_refused(tiny_llama_
 
 def test_the_default_shape_is_a_new_projects() -> None:
     """Without --batch / --seed-labels a simulation runs a new project's shape: B = Project.batch_size
-    and a seed set of cold_start_batches such batches (50 and 100), the shape the GPU results report."""
-    from annotate.management.commands.simulate import Command
+    and a seed set of cold_start_batches such batches (50 and 100), the shape the GPU results report;
+    the seed set follows a --batch given alone."""
+    from annotate.management.commands.simulate import Command, seed_labels
     from annotate.models import Project
 
-    opts = Command().create_parser("manage.py", "simulate").parse_args([])
+    parser = Command().create_parser("manage.py", "simulate")
+    opts = vars(parser.parse_args([]))
     project = Project()
-    assert opts.batch == project.batch_size == 50
-    assert opts.seed_labels == project.batch_size * project.cold_start_batches == 100
+    assert opts["batch"] == project.batch_size == 50
+    assert seed_labels(opts) == project.batch_size * project.cold_start_batches == 100
+    assert seed_labels(vars(parser.parse_args(["--batch", "25"]))) == 50  # the cold start follows B
+    assert seed_labels(vars(parser.parse_args(["--batch", "25", "--seed-labels", "300"]))) == 300

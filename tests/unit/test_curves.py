@@ -260,10 +260,12 @@ def test_the_paired_rows_commits_are_the_pairs_and_superseded_ones_are_marked() 
         rec("random", 0, 100, 0.5, "aaa1111"), rec("random", 0, 200, 0.6, "aaa1111"),
         rec("active", 0, 100, 0.5, "bbb2222"), rec("active", 0, 200, 0.7, "bbb2222"),
         rec("portfolio", 0, 100, 0.5, "ccc3333"), rec("portfolio", 0, 200, 0.65, "ccc3333"),
+        rec("random", 1, 100, 0.5, "ddd4444"), rec("random", 1, 200, 0.6, "ddd4444"),  # no strategy's seed 1
     ]  # fmt: skip
     plain = {r["strategy"]: r["commits"] for r in paired_rows(records, [])}
-    assert plain == {"active": "aaa1111, bbb2222", "portfolio": "aaa1111, ccc3333"}
-    marked = {r["strategy"]: r["commits"] for r in paired_rows(records, [], superseded=["ccc", "aaa1"])}
+    assert plain == {"active": "aaa1111, bbb2222", "portfolio": "aaa1111, ccc3333"}  # random's seed 1 unpaired
+    full_hash = "ccc3333" + "0" * 33
+    marked = {r["strategy"]: r["commits"] for r in paired_rows(records, [], superseded=[full_hash, "aaa1"])}
     assert marked["active"] == "aaa1111 (earlier code), bbb2222"
     assert marked["portfolio"] == "aaa1111 (earlier code), ccc3333 (earlier code)"
 

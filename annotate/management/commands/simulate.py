@@ -37,6 +37,14 @@ from annotate.simulation import harness as sim
 from annotate.simulation import report
 
 
+def seed_labels(opts: dict[str, Any]) -> int:
+    """--seed-labels, or a new project's cold start at this B: cold_start_batches batches of --batch
+    (50 x 2 = 100 by default; --batch 25 alone: 50)."""
+    if opts.get("seed_labels") is not None:
+        return int(opts["seed_labels"])
+    return int(opts["batch"]) * Project().cold_start_batches
+
+
 class Command(BaseCommand):
     help = "Simulate annotation rounds per strategy and seed; report learning curves next to the baseline."
 
@@ -66,8 +74,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--seed-labels",
             type=int,
-            default=batch * cold,
-            help=f"seed set labelled in round 1 (the cold start; default a project's {cold} cold-start batches)",
+            default=None,
+            help=f"seed set labelled in round 1 (the cold start; default {cold} batches of B, as a project's {cold}"
+            " cold-start rounds)",
         )
         parser.add_argument("--candidate-sample", type=int, default=0, help="items rescored per round (0: all)")
         parser.add_argument("--mass-threshold", type=float, default=0.05, help="label mass under it: review bucket")
@@ -133,6 +142,7 @@ class Command(BaseCommand):
         model_dir = Path(opts["model"] or settings.LLM_DIR).resolve()
         if not (model_dir / "config.json").is_file():
             raise CommandError(f"{model_dir} is no HF model directory (pass --model, or run prepare_models)")
+        opts["seed_labels"] = seed_labels(opts)
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
         if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
