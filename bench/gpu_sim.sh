@@ -105,8 +105,8 @@ COPIER=$!
 # uniform draw; records say which ("cold_mode") and the report names e.g. "active+typical".
 # B=50 after a seed set of 100 (CLINC150: 300, about 2 per class, as BASELINES.md's 302): the app's own
 # shape (Project.batch_size 50, two cold-start batches); 1,000 labels are 19 rounds of 48 steps per
-# member (CLINC150: 15). Sessions 6-12 ran B=100 (ten
-# rounds on 100, 200, ..., 1,000 labels): BATCH=100 runs that shape again; the report keeps the two apart.
+# member (CLINC150: 15). Sessions 6-12 ran B=100 (ten rounds on 100, 200, ..., 1,000 labels):
+# BATCH=100 runs that shape again; the report keeps the two apart.
 # CLINC150 is scored on a fixed 2,000-item sample of its 5,500 test items (--test-sample, the same
 # items for every job): its 1,015-token prompts made evaluation a third of its round.
 args_for() {

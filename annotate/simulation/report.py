@@ -760,8 +760,9 @@ def main() -> None:
     first = args.inputs[0]
     out = args.out or (first if first.is_dir() else first.parent)
     plots_dir = args.plots_dir or (ROOT / "bench" / "plots" if args.readme is not None else out)
+    records = selected_records(args.inputs, args.drop) if args.superseded or args.readme is not None else []
     if args.superseded:
-        commits = {str(r.get("commit") or "")[:10] for r in selected_records(args.inputs, args.drop)}
+        commits = {str(r.get("commit") or "")[:10] for r in records}
         for prefix in args.superseded:
             if not any(names_commit(prefix, c) for c in commits):
                 print(f"--superseded {prefix}: no record of that commit in these inputs", file=sys.stderr)
@@ -776,7 +777,6 @@ def main() -> None:
         )
     )
     if args.readme is not None:
-        records = selected_records(args.inputs, args.drop)
         sources = (
             [str(p) for p in args.inputs]
             + [f"--drop {d}" for d in args.drop]
