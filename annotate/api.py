@@ -3,7 +3,8 @@
     POST /api/projects/<id>/rounds/   → 201 {"id", "number", "status", "strategy", "url"}
          optional body {"strategy": one of scoring.selection.STRATEGIES: "active", "random", "portfolio", ...}
          (JSON or form fields; default active) → 400 for an unknown one, 409 when a round is active
-    GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...}}
+    GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...},
+                                             "config": {...}, "config_fingerprint": sha256}
 
 Auth: ``Authorization: Token <token>``; the token's sha256 digest is looked up in ApiToken. Starting a
 round needs the ML role in its project, reading one any role in the round's project (annotate.roles.project_roles).
@@ -75,6 +76,9 @@ def round_json(row: Round) -> dict[str, Any]:
         },
         "metrics": metrics,
         "cost": row.cost,
+        # what every process ran this round with, frozen when it was requested (annotate/loopconfig.py)
+        "config": row.config,
+        "config_fingerprint": row.config_fingerprint,
     }
 
 

@@ -1,28 +1,41 @@
-"""Frozen configs for the plain-Python loop (scoring/, training/), built from a Project row.
+"""Frozen configs for the plain-Python loop (scoring/, training/), built from a Project row, and
+frozen once per round.
 
 Project holds the knobs leads and ML staff set in the UI. The few that are per deployment rather
 than per project come from one place: ``ALANN_LOOP_OPTIONS`` (JSON) is read once, by
 config/settings.py, into ``settings.LOOP_OPTIONS``; ``loop_options()`` turns that into a checked,
 typed ``LoopOptions`` (an unknown key is an error, not a silent no-op), and ``loop_config`` is its
-only reader. E.g. ``{"max_context": 256, "n_shards": 2, "train": {"max_steps": 8}}``. Without them a
-CPU machine gets a profile that retrains the bundled SmolLM2 in minutes and a GPU machine the full one.
+only reader. E.g. ``{"profile": "gpu", "n_shards": 2, "train": {"max_steps": 8}}``. The profile is
+the deployment's choice (``"cpu"`` unless set): the CPU one retrains the bundled SmolLM2 in minutes,
+the GPU one is the full loop. No process derives it from the device it happens to run on.
+
+A round's configuration is resolved once, when the round is requested (``freeze_config``), and stored
+on the round with its fingerprint; every step of that round, in whichever process, reads it back
+(``round_config``), so a CPU planner and a GPU scorer cannot disagree on the prompt or the training.
+A worker checks that it can honour it (``worker_config``) and refuses by the option's name otherwise.
+The one exception is a worker's share of its GPU (``LOCAL_ENGINE_OPTIONS``): how many engines share a
+GPU is the host's business and changes no score.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from django.conf import settings
 
-from annotate.models import Label, Project
+from annotate.models import Label, Project, Round
 from scoring.prompts import LabelSpec, PromptSpec
 from scoring.rescoring import RescoringConfig
 from scoring.selection import SelectionConfig
 from training.ensemble import LoopConfig
 from training.lora import TrainConfig
+
+logger = logging.getLogger(__name__)
 
 # CPU profile: a round's retrain (2 prod members + the 2 comparison arms) must finish in minutes on
 # 2 cores, where one SmolLM2 step on 8 prompts of ~200 tokens costs ~18 CPU-seconds (measured under
@@ -75,7 +88,7 @@ GPU_PROFILE: dict[str, Any] = {
 class LoopOptions:
     """The deployment's loop options, checked and merged over the machine's profile."""
 
-    profile: str  # "cpu" or "gpu" (default: the device this process sees)
+    profile: str  # "cpu" (default) or "gpu": the deployment's choice, never the device of the process
     max_context: int  # prompt tokens: the prefix plus the longest item must fit
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
     cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.selection.COLD_MODES
@@ -100,6 +113,11 @@ class LoopOptions:
 
 
 KNOWN_OPTIONS = {f.name for f in fields(LoopOptions)}
+PROFILES: dict[str, dict[str, Any]] = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
+# The CPU profile unless the deployment says otherwise: the embedded default and every test run on CPUs,
+# and a GPU deployment sets ALANN_LOOP_OPTIONS='{"profile": "gpu"}' for the processes that request
+# rounds (docker-compose.yml does). The web process requests rounds and must never import torch to ask.
+DEFAULT_PROFILE = "cpu"
 DEFAULT_STOP_SET_SIZE = 500
 BLEND_MODES = ("auto", "off")
 # "typical" (TypiClust): on the cheap learner (MiniLM + logistic regression, bench/proxy_sim.py on a
@@ -124,13 +142,10 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
     unknown = set(raw) - KNOWN_OPTIONS
     if unknown:
         raise ValueError(f"unknown loop options {sorted(unknown)} (known: {sorted(KNOWN_OPTIONS)})")
-    if raw.get("profile"):
-        profile = str(raw["profile"])
-    else:
-        from scoring.device import device_kind
-
-        profile = device_kind()
-    base = GPU_PROFILE if profile == "gpu" else CPU_PROFILE
+    profile = str(raw.get("profile") or DEFAULT_PROFILE)
+    if profile not in PROFILES:
+        raise ValueError(f"loop option profile must be one of {list(PROFILES)}, got {profile!r}")
+    base = PROFILES[profile]
     return LoopOptions(
         profile=profile,
         max_context=int(raw.get("max_context", base["max_context"])),
@@ -274,3 +289,142 @@ def loop_config(project: Project) -> LoopConfig:
         arms=opts.arms,
         blend=opts.blend,
     )
+
+
+# -- the round's frozen configuration ---------------------------------------------------------------
+
+CONFIG_VERSION = 1
+# Engine options that stay with the worker rather than the round: the share of the GPU a vLLM engine
+# takes depends on how many engines that host runs on it (compose's per-worker environment), and no
+# score depends on it. Every other option is the round's.
+LOCAL_ENGINE_OPTIONS = frozenset({"gpu_memory_utilization"})
+
+
+class ConfigNotHonouredError(RuntimeError):
+    """This worker cannot run the round's frozen configuration (an option it has no device or library for)."""
+
+
+def freeze_config(project: Project, *, adapter_set: str = "") -> dict[str, Any]:
+    """The full effective configuration of a round of ``project`` requested now, as plain JSON: the
+    loop's config (prompt, model, engine and its options, K, selection, rescoring, training with every
+    default resolved) and the deployment options the steps read besides (profile, stop set). Only the
+    process requesting the round calls this; ``adapter_set`` names the adapters it starts from."""
+    opts = loop_options()
+    loop = loop_config(project)
+    engine_options = {k: v for k, v in loop.engine_options if k not in LOCAL_ENGINE_OPTIONS}
+    body = asdict(replace(loop, engine_options=()))
+    body["engine_options"] = engine_options
+    frozen = {
+        "version": CONFIG_VERSION,
+        "profile": opts.profile,
+        "stop_set_size": opts.stop_set_size,
+        # whether the many-label rule widened the adapted layers (the ML page says so)
+        "widened": loop.train.top_layers != opts.train.top_layers,
+        "adapter_set": adapter_set,
+        "loop": body,
+    }
+    return json.loads(json.dumps(frozen, sort_keys=True))  # exactly what the JSON column will hold
+
+
+def config_fingerprint(frozen: Mapping[str, Any]) -> str:
+    """sha256 of the frozen config's canonical JSON: equal configs, equal fingerprints, on any host."""
+    return hashlib.sha256(json.dumps(frozen, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def thaw_config(frozen: Mapping[str, Any]) -> LoopConfig:
+    """The LoopConfig a frozen config describes (the inverse of ``freeze_config``'s "loop")."""
+    if frozen.get("version") != CONFIG_VERSION:
+        raise ValueError(f"frozen config version {frozen.get('version')!r} is not {CONFIG_VERSION}")
+    body = dict(frozen["loop"])
+    prompt = body.pop("prompt")
+    train = dict(body.pop("train"))
+    if isinstance(train.get("target_modules"), list):
+        train["target_modules"] = tuple(train["target_modules"])
+    return LoopConfig(
+        **{k: v for k, v in body.items() if k not in {"selection", "rescoring", "engine_options"}},
+        prompt=PromptSpec(
+            instructions=prompt["instructions"],
+            labels=tuple(LabelSpec(**lab) for lab in prompt["labels"]),
+            few_shot=tuple((str(t), str(lab)) for t, lab in prompt["few_shot"]),
+            item_template=prompt["item_template"],
+        ),
+        selection=SelectionConfig(**body["selection"]),
+        rescoring=RescoringConfig(**body["rescoring"]),
+        train=TrainConfig(**train),
+        engine_options=tuple(sorted(dict(body["engine_options"]).items())),
+    )
+
+
+def round_frozen(row: Round) -> dict[str, Any]:
+    """The round's frozen config; a round requested before configs were frozen (an older release) gets
+    one now, once: a guarded UPDATE, so two processes reading it first store the same one."""
+    if not row.config:
+        frozen = freeze_config(row.project)
+        Round.objects.filter(id=row.id, config_fingerprint="").update(
+            config=frozen, config_fingerprint=config_fingerprint(frozen)
+        )
+        row.config, row.config_fingerprint = Round.objects.filter(id=row.id).values_list(
+            "config", "config_fingerprint"
+        )[0]
+    return dict(row.config)
+
+
+def round_config(row: Round) -> LoopConfig:
+    """The LoopConfig every step of ``row`` runs with: the one frozen when it was requested."""
+    return thaw_config(round_frozen(row))
+
+
+def round_stop_set_size(row: Round) -> int:
+    return int(round_frozen(row)["stop_set_size"])
+
+
+def worker_config(row: Round) -> LoopConfig:
+    """``round_config`` for the process about to run the round's heavy work (score, train, evaluate):
+    checked against what this process has, with its own share of the GPU (LOCAL_ENGINE_OPTIONS)."""
+    config = round_config(row)
+    own = loop_options()
+    frozen_profile = round_frozen(row)["profile"]
+    if own.profile != frozen_profile:  # worth a line in the worker's log: it may be the deployment's mistake
+        logger.info(
+            "round %s runs its frozen profile %r; this worker's own options say %r (set the profile on the "
+            "processes that request rounds: web and worker)",
+            row.number,
+            frozen_profile,
+            own.profile,
+        )
+    local = {k: v for k, v in own.engine_options if k in LOCAL_ENGINE_OPTIONS}
+    if local:
+        config = replace(config, engine_options=tuple(sorted({**dict(config.engine_options), **local}.items())))
+    check_honourable(config, round_number=row.number)
+    return config
+
+
+def check_honourable(config: LoopConfig, *, round_number: int) -> None:
+    """ConfigNotHonouredError, naming the option, when this process cannot run ``config`` as frozen:
+    the vLLM engine without a GPU or without vLLM, an engine option the engine does not take, a CUDA
+    device option on a machine without one."""
+    import importlib.util
+
+    from annotate.services.workers import worker_id
+    from scoring.device import cuda_available
+    from scoring.engines.base import engine_option_names
+
+    where = f"round {round_number}'s frozen config"
+    here = f"this worker ({worker_id()})"
+    if config.engine == "vllm" and not cuda_available():
+        raise ConfigNotHonouredError(
+            f"{where} has engine 'vllm', which needs a GPU, and {here} has none: run the gpu queue on a GPU "
+            "worker, or set the project's engine to hf"
+        )
+    if config.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigNotHonouredError(f"{where} has engine 'vllm', and {here} has no vllm: pip install '.[gpu]'")
+    options = dict(config.engine_options)
+    unknown = sorted(set(options) - engine_option_names(config.engine))
+    if unknown:
+        raise ConfigNotHonouredError(
+            f"{where} has engine_options.{unknown[0]}, which the {config.engine} engine does not take "
+            f"(it takes: {', '.join(sorted(engine_option_names(config.engine)))})"
+        )
+    device = str(options.get("device") or "")
+    if device.startswith("cuda") and not cuda_available():
+        raise ConfigNotHonouredError(f"{where} has engine_options.device {device!r}, and {here} has no GPU")

@@ -225,6 +225,11 @@ class Round(models.Model):
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)  # adapters that scored this round
     retrain_requested = models.BooleanField(default=False)
+    # The round's full effective configuration, resolved once when it was requested
+    # (annotate.loopconfig.freeze_config: profile, prompt, model, engine and its options, K, selection,
+    # rescoring, training) and read by every process that works on it; its sha256 beside it.
+    config = models.JSONField(default=dict, blank=True)
+    config_fingerprint = models.CharField(max_length=64, blank=True)
     # Progress counters, polled by the UI.
     items_to_score = models.PositiveIntegerField(default=0)
     items_scored = models.PositiveIntegerField(default=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.core.cache import cache
@@ -61,6 +62,8 @@ class RoundView:
     stalled: str = ""
     metrics: list[tuple[str, str]] = field(default_factory=list)
     cost: list[tuple[str, str]] = field(default_factory=list)
+    config: list[tuple[str, str]] = field(default_factory=list)  # the frozen configuration, in words
+    config_changed: bool = False  # its fingerprint differs from the round before's
 
 
 def _elapsed(row: Round, now: datetime) -> float:
@@ -239,8 +242,44 @@ def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[Rou
         view.stalled = _stalled(row, elapsed)
         view.metrics = metric_lines(row.metrics or {})
         view.cost = cost_lines(row.cost or {})
+        view.config = config_lines(row.config or {})
         views.append(view)
+    by_number = {v.row.number: v.row.config_fingerprint for v in views}
+    for view in views:
+        before = by_number.get(view.row.number - 1)
+        view.config_changed = bool(before and view.row.config_fingerprint and before != view.row.config_fingerprint)
     return views
+
+
+def config_lines(frozen: dict[str, Any]) -> list[tuple[str, str]]:
+    """A round's frozen configuration (annotate.loopconfig.freeze_config) in words: what every
+    process that worked on the round ran with. Empty for a round that has none yet."""
+    loop = frozen.get("loop") if isinstance(frozen, dict) else None
+    if not isinstance(loop, dict):
+        return []
+    train, sel, resc = loop.get("train") or {}, loop.get("selection") or {}, loop.get("rescoring") or {}
+    layers = int(train.get("top_layers") or 0)
+    steps = f"{train.get('min_steps') or 0}–{train.get('max_steps')}" if train.get("max_steps") else "by epochs"
+    engine_options = ", ".join(f"{k}={v}" for k, v in sorted((loop.get("engine_options") or {}).items()))
+    return [
+        ("Profile", str(frozen.get("profile", "—"))),
+        ("Model", Path(str(loop.get("model_dir", ""))).name or "—"),
+        ("Engine", str(loop.get("engine")) + (f" ({engine_options})" if engine_options else "")),
+        ("Ensemble", f"K={loop.get('k')}, context {loop.get('max_context')} tokens"),
+        (
+            "Training",
+            f"{steps} steps of {train.get('batch_size')}, lr {train.get('lr')}, "
+            + (f"LoRA in the last {layers} layers" if layers else "LoRA in every layer")
+            + f", rank {train.get('rank')}",
+        ),
+        (
+            "Selection",
+            f"B={sel.get('batch_size')}, {sel.get('uncertainty')}, random share {sel.get('random_share')}, "
+            f"cold start {sel.get('cold_start_batches')} × {sel.get('cold_mode')}",
+        ),
+        ("Candidates", f"{resc['candidate_sample']} a round" if resc.get("candidate_sample") else "the whole pool"),
+        ("Predictor", "adapters + proxy blend" if loop.get("blend") == "auto" else "adapters alone"),
+    ]
 
 
 def _n(count: int, one: str, many: str) -> str:

@@ -33,7 +33,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import loop_config, worker_config
 from annotate.models import (
     AutoLabel,
     AutolabelRun,
@@ -212,8 +212,11 @@ class Context:
 def _context(project: Project) -> Context:
     from scoring.engines import adapter_set_hash
 
-    config = loop_config(project)
-    refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=project))
+    adapters = loop_sel.prod_adapters(project=project)
+    # The adapters' own round's frozen config (prompt, model, engine): what they were trained and
+    # evaluated under, whatever the deployment's options are now.
+    config = worker_config(adapters[0].round) if adapters else loop_config(project)
+    refs = loop_sel.adapter_refs(adapters)
     return Context(
         project=project,
         config=config,

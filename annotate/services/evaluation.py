@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Sum
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config, loop_options
+from annotate.loopconfig import round_config, round_frozen, round_stop_set_size, worker_config
 from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -108,7 +108,7 @@ def _score_sets(
     both; and the blend's record for the metrics (empty with ``blend`` off)."""
     from training.evaluate import evaluate
 
-    config = loop_config(row.project)
+    config = worker_config(row)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     engine = ensemble.make_engine(config)
     names = loop_sel.label_names(project=row.project)
@@ -255,8 +255,8 @@ def _adapters(row: Round) -> dict[str, Any]:
     members = list(AdapterVersion.objects.filter(round=row, arm=AdapterVersion.Arm.PROD).order_by("k"))
     infos = [_adapter_files(Path(m.path)) for m in members]
     layers = sorted({info["layers"] for info in infos if info["layers"] is not None})
-    config = loop_config(row.project)
-    widened = config.train.top_layers != loop_options().train.top_layers
+    config = round_config(row)
+    widened = bool(round_frozen(row)["widened"])
     return {
         "k": len(members),
         "rank": next((info["rank"] for info in infos if info["rank"] is not None), None),
@@ -341,7 +341,7 @@ def _evaluate(row: Round) -> None:
     test_ids, texts, y = loop_sel.test_items(project=row.project)
     stop_ids: list[int] = []
     stop_texts: list[str] = []
-    if stop_set_draw(project=row.project, size=loop_options().stop_set_size):  # drawn once, then read
+    if stop_set_draw(project=row.project, size=round_stop_set_size(row)):  # drawn once, then read
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import round_config
 from annotate.models import Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -33,7 +33,7 @@ def cold_mode(row: Round) -> str:
     by default) when the project leaves it empty."""
     if row.strategy == "random":
         return "random"
-    return row.project.cold_mode or loop_config(row.project).selection.cold_mode
+    return row.project.cold_mode or round_config(row).selection.cold_mode
 
 
 def round_plan(*, round_id: int) -> Round:
@@ -73,7 +73,7 @@ def scoring_plan(*, round: Round) -> list[int]:
     from scoring.engines import adapter_set_hash
     from scoring.rescoring import choose_candidates
 
-    config = loop_config(round.project)
+    config = round_config(round)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=round.project, before_number=round.number))
     path = round_score_dir(round) / "candidates.npy"

@@ -35,6 +35,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 
+from annotate.loopconfig import config_fingerprint, freeze_config
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims, evaluation, planning, scoring, selection, training
@@ -88,7 +89,10 @@ def round_request_start(*, project: Project, user: Any, strategy: str = "active"
             if active is not None:
                 raise RoundError(f"round {active.number} is still {active.status}; wait until it is done")
             number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
+            frozen = _frozen_config(project, number)
             new = Round.objects.create(
+                config=frozen,
+                config_fingerprint=config_fingerprint(frozen),
                 project=project,
                 number=number,
                 status=S.PENDING,
@@ -106,6 +110,19 @@ def round_request_start(*, project: Project, user: Any, strategy: str = "active"
 
 
 round_start = round_request_start
+
+
+def _frozen_config(project: Project, number: int) -> dict[str, Any]:
+    """The configuration round ``number`` of ``project`` will run with, frozen here, in the requesting
+    process, for every process that works on it (annotate.loopconfig); a bad deployment option is
+    refused now, by name, before any row is written."""
+    from scoring.engines import adapter_set_hash
+
+    refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=project, before_number=number))
+    try:
+        return freeze_config(project, adapter_set=adapter_set_hash(refs))
+    except ValueError as exc:
+        raise RoundError(f"the deployment's loop options are invalid: {exc}") from exc
 
 
 def round_request_retrain(*, project: Project, user: Any) -> Round:

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import F, Sum
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import worker_config
 from annotate.models import Item, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -65,7 +65,7 @@ def _score(shard: ScoreShard) -> None:
     from scoring.engines import adapter_set_hash
 
     row = shard.round
-    config = loop_config(row.project)
+    config = worker_config(row)
     candidates = np.load(round_score_dir(row) / "candidates.npy")
     ids = candidates[pipeline.shard_of(candidates, shard.n_shards) == shard.shard]
     items = dict(Item.objects.filter(id__in=ids.tolist()).values_list("id", "text"))

@@ -17,7 +17,7 @@ import numpy as np
 from django.db import transaction
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -149,7 +149,7 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     carried into the candidates cannot bias them."""
     from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_LABELS, NEEDS_SCORES, committee_distribution
 
-    config = loop_config(round.project)
+    config = round_config(round)
     cold = round.strategy == "cold-start"
     ids, u, mean_p = loop_sel.eligible_ids(project=round.project), None, None
     if not cold and round.strategy in NEEDS_SCORES:

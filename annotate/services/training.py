@@ -23,7 +23,7 @@ from django.db.models import F
 from django.db.models.functions import Least
 
 from annotate import testhooks
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import round_config, worker_config
 from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
@@ -76,7 +76,7 @@ def _write_plan(row: Round) -> None:
 
     if has_plan(row):
         return
-    config = loop_config(row.project)
+    config = round_config(row)
     plan = train_plan(row, loop_sel.labeled_items(project=row.project), config)
     steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
     Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0)
@@ -152,7 +152,7 @@ def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:
 
 
 def _train(row: Round, arm: str, k: int) -> AdapterVersion:
-    config = _lineage_config(row, loop_config(row.project))
+    config = _lineage_config(row, worker_config(row))
     pairs = read_plan(row)[f"{arm}:{k}"]
     ids = [int(p[0]) for p in pairs]
     texts = dict(Item.objects.filter(id__in=ids).values_list("id", "text"))

@@ -41,7 +41,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from annotate.loopconfig import loop_config
+from annotate.loopconfig import loop_config, round_config
 from annotate.models import BatchItem, Item, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
@@ -392,7 +392,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         # the prod adapters' shape and how their steps ran ("graph", "eager", "per-batch"): a CUDA-graph
         # capture that fails falls back to eager steps, and this is where a run's records show it
         "adapters": metrics.get("adapters"),
-        "config": resolved_config(loop_config(row.project)),
+        "config": resolved_config(round_config(row)),
         "batch_ids": [external_id for external_id, _ in batch],
     }
 
@@ -497,6 +497,12 @@ def loop_options(options: dict[str, Any]) -> Iterator[None]:
 
     current = dict(getattr(settings, "LOOP_OPTIONS", None) or {})
     merged = {**current, **options, "train": {**current.get("train", {}), **options.get("train", {})}}
+    if not merged.get("profile"):
+        # One process plans, scores and trains here, so the device it runs on is the deployment's:
+        # a simulation on the GPU machine runs the GPU profile unless told otherwise (bench/gpu_sim.sh).
+        from scoring.device import device_kind
+
+        merged["profile"] = device_kind()
     with override_settings(LOOP_OPTIONS=merged):
         yield
 

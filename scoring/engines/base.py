@@ -79,6 +79,20 @@ def validate_adapters(adapters: Sequence[AdapterRef]) -> None:
 _ENGINES: dict[tuple[str, str, str], Engine] = {}
 
 
+def engine_option_names(kind: str) -> frozenset[str]:
+    """The keyword options an engine kind's constructor takes (what ``engine_options`` may hold)."""
+    import inspect
+
+    if kind == "hf":
+        from scoring.engines.hf import HFEngine as cls
+    elif kind == "vllm":
+        from scoring.engines.vllm import VLLMEngine as cls  # type: ignore[assignment]
+    else:
+        raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")
+    params = inspect.signature(cls.__init__).parameters.values()
+    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
     """One engine per (kind, model, options) per process: a gpu worker holds it for its lifetime."""
     key = (kind, str(model_dir), json.dumps(options, sort_keys=True, default=str))

@@ -41,7 +41,7 @@ def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tm
     the project's first adapters, so the options alone could say 16 where 8 were trained."""
     settings.LOOP_OPTIONS = {"profile": "gpu"}
     many = _project("many", WIDE_LABELS + 1)
-    row = Round.objects.create(project=many, number=1)
+    rows = [Round.objects.create(project=many, number=1)]  # the last one is the round under test
 
     def adapter(k: int, layers: list[int] | None, info: dict[str, Any] | None = None) -> None:
         folder = tmp_path / f"adapter-{len(list(tmp_path.iterdir()))}"
@@ -50,11 +50,11 @@ def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tm
             (folder / ADAPTER_CONFIG).write_text(json.dumps({"r": 8, "layers_to_transform": layers}))
             (folder / TRAINING_INFO).write_text(json.dumps(info or {"steps": 48}))
         AdapterVersion.objects.update_or_create(
-            round=row, arm="prod", k=k, defaults={"project": many, "path": str(folder), "content_hash": f"h{k}"}
+            round=rows[-1], arm="prod", k=k, defaults={"project": many, "path": str(folder), "content_hash": f"h{k}"}
         )
 
     def summary() -> tuple[Any, ...]:
-        info = _adapters(row)
+        info = _adapters(rows[-1])
         return info["k"], info["rank"], info["layers"], info["steps"], info["wide"], info["unreadable"]
 
     for k in range(2):
@@ -66,15 +66,16 @@ def test_the_round_reports_the_layers_its_adapters_really_have(settings: Any, tm
     adapter(1, None)  # one member's files are gone: said, not guessed
     assert summary() == (2, 8, [8], 48, False, 1)
     settings.LOOP_OPTIONS = {"profile": "gpu", "train": {"top_layers": 16}}  # 16 by option: no label reason
+    rows.append(Round.objects.create(project=many, number=2))  # options apply from the next round on
     for k in range(2):
         adapter(k, list(range(14, 30)))
     assert summary()[4] is False
-    assert _adapters(row)["step_modes"] == []  # training.json from before "fixed_step" was recorded
+    assert _adapters(rows[-1])["step_modes"] == []  # training.json from before "fixed_step" was recorded
     adapter(0, list(range(14, 30)), {"steps": 48, "fixed_step": "graph"})
     adapter(1, list(range(14, 30)), {"steps": 48, "fixed_step": None})  # the per-batch step
-    assert _adapters(row)["step_modes"] == ["graph", "per-batch"]
+    assert _adapters(rows[-1])["step_modes"] == ["graph", "per-batch"]
     adapter(1, list(range(14, 30)), {"steps": 48, "fixed_step": "eager"})  # a capture that fell back
-    assert _adapters(row)["step_modes"] == ["eager", "graph"]
+    assert _adapters(rows[-1])["step_modes"] == ["eager", "graph"]
 
 
 def test_a_round_trains_every_arm_on_its_lineages_layer_count(settings: Any, tmp_path: Path) -> None:

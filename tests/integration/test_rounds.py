@@ -4,7 +4,6 @@ evidence), and the idempotence of every step."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from annotate.loopconfig import config_fingerprint
 from annotate.models import AdapterVersion, BatchItem, Item, Prediction, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
 from annotate.services import evaluation, rounds, scoring, selection
@@ -114,9 +114,12 @@ def test_cold_start_label_train_evaluate_then_scored_round(
     assert blend_record["heldout_n"] == len(rows) and blend_record["evidence"]["batch"]["n"] == len(rows)
     assert blend_record["evidence"]["uniform"]["n"] == sum(s == "random" for s in rows.values())
     assert second.metrics["accuracy"] == blend_record["test_accuracy"]["blend"]
-    # Loop option blend "off": the same round's predictor is the adapters alone, and says nothing of a blend.
+    # Frozen with loop option blend "off": the same round's predictor is the adapters alone, and says
+    # nothing of a blend.
     test_ids, texts, y = loop_sel.test_items(project=project)
-    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "blend": "off"}))
+    frozen = {**second.config, "loop": {**second.config["loop"], "blend": "off"}}
+    Round.objects.filter(id=second.id).update(config=frozen, config_fingerprint=config_fingerprint(frozen))
+    second.refresh_from_db()
     scores, _, off_record = evaluation._score_sets(second, test_ids, texts, y, [], [])
     assert off_record == {}
     assert scores["prod"][0]["accuracy"] == pytest.approx(blend_record["test_accuracy"]["llm"])
