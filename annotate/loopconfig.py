@@ -327,8 +327,11 @@ def freeze_config(project: Project, *, adapter_set: str = "") -> dict[str, Any]:
 
 
 def config_fingerprint(frozen: Mapping[str, Any]) -> str:
-    """sha256 of the frozen config's canonical JSON: equal configs, equal fingerprints, on any host."""
-    return hashlib.sha256(json.dumps(frozen, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """sha256 of the frozen config's canonical JSON: equal configs, equal fingerprints, on any host.
+    The adapter set a round starts from is recorded beside the configuration but left out of it: it
+    changes every round, and the fingerprint says whether the options did."""
+    options = {k: v for k, v in frozen.items() if k != "adapter_set"}
+    return hashlib.sha256(json.dumps(options, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def thaw_config(frozen: Mapping[str, Any]) -> LoopConfig:
