@@ -34,7 +34,7 @@ def git(*args: str) -> str:
 gpu, cpu = installed("gpu.json"), installed("cpu.json")
 pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split()[1]
 lines = [
-    f"# pip's resolution of the GPU image's install, `{gpu_cmd}`",
+    f"# pip's resolution of the GPU image's install, `{gpu_cmd.replace(str(work), '$WORK')}`",
     f"# commit {git('rev-parse', 'HEAD')}{' (pyproject.toml changed since)' if git('status', '--porcelain', 'pyproject.toml') else ''}",
     f"# python {platform.python_version()} (the image's 3.11), pip {pip}, this machine's pip config off; remake: bash bench/deploy/gpu_resolution.sh",
     "",
