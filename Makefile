@@ -44,12 +44,11 @@ test: install services browser models lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	DATABASE_URL=$(PG_URL) $(BIN)/python -m pytest -m postgres $(PYTEST_ARGS)
 
+# Migrate (SQLite), prepare the models, set up the TREC project, start the workers and the web server:
+# config/processes.py, which also defines docker-compose's processes.
 demo: install
 	@NEED_POSTGRES=0 bash scripts/ensure_services.sh
-	DEBUG=1 $(BIN)/python manage.py migrate --noinput
-	DEBUG=1 $(BIN)/python manage.py prepare_models
-	DEBUG=1 $(BIN)/python manage.py demo_setup --data $(DATA)
-	DEBUG=1 PORT=$(PORT) bash scripts/run_demo.sh
+	DEBUG=1 $(BIN)/python -m config.processes demo --data $(DATA) --port $(PORT)
 
 bench-cpu: install models
 	DEBUG=1 $(BIN)/python bench/import_bench.py --rows 200000

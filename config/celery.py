@@ -1,6 +1,7 @@
 """The Celery app. Queues: ``default`` (imports, exports, embeddings, bookkeeping) and ``gpu``
-(scoring and training; run one worker per GPU with ``-Q gpu -c 1``, or two per GPU for the hf engine
-with the loop option ``n_shards: 2``: a round's members and score shards are separate tasks)."""
+(scoring and training; one worker per GPU, or two per GPU for the hf engine with the loop option
+``n_shards: 2``: a round's members and score shards are separate tasks). The workers' command lines
+are config/processes.py's."""
 
 from __future__ import annotations
 
@@ -29,6 +30,3 @@ app.conf.accept_content = ["json"]
 app.conf.result_expires = 3600
 app.autodiscover_tasks()
 app.autodiscover_tasks(related_name="tasks_autolabel")  # the bulk auto-labelling job
-
-# The command line a gpu worker runs; docker-compose and the Makefile use the same flags.
-GPU_WORKER_ARGS = ["worker", "-Q", "gpu", "--concurrency", "1", "--prefetch-multiplier", "1"]

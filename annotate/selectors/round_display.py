@@ -101,8 +101,8 @@ def _stalled(row: Round, elapsed: float) -> str:
     alive = _workers_alive()
     if alive is False:
         return (
-            f"No worker is running: this step has waited {duration(elapsed)}. Start one "
-            "(make demo starts it; or celery -A config worker -Q default,gpu); the round resumes where it stopped."
+            f"No worker is running: this step has waited {duration(elapsed)}. Start them (make demo does; or "
+            "python -m config.processes run worker, and run gpu-worker); the round resumes where it stopped."
         )
     if no_progress or row.status in (Round.Status.PENDING, Round.Status.SELECTING):
         return f"No progress for {duration(elapsed)}: check that a worker is running and its log."
