@@ -34,6 +34,23 @@ PASSWORD = "live-server-pw-1"  # every seeded user's password (one hash computed
 _RESULT = "@@LIVE_RESULT@@"
 
 
+def call_in_django(target: str, env: dict[str, str], /, **kwargs: Any) -> Any:
+    """Run ``module:function(**kwargs)`` in a Django subprocess with ``env`` (its settings and database)
+    and return its JSON-able result."""
+    module, function = target.split(":")
+    code = (
+        "import json, sys, django; django.setup()\n"
+        f"from {module} import {function} as f\n"
+        f"print({_RESULT!r} + json.dumps(f(**json.loads(sys.argv[1]))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(kwargs)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    if done.returncode or _RESULT not in done.stdout:
+        raise RuntimeError(f"{target} failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(done.stdout.split(_RESULT, 1)[1])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,23 +135,7 @@ class LiveServer:
 
     def call(self, target: str, /, **kwargs: Any) -> Any:
         """Run ``module:function(**kwargs)`` in a Django subprocess on this server's database."""
-        module, function = target.split(":")
-        code = (
-            "import json, sys, django; django.setup()\n"
-            f"from {module} import {function} as f\n"
-            f"print({_RESULT!r} + json.dumps(f(**json.loads(sys.argv[1]))))\n"
-        )
-        done = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(kwargs)],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode or _RESULT not in done.stdout:
-            raise RuntimeError(f"{target} failed:\n{done.stdout}\n{done.stderr}")
-        return json.loads(done.stdout.split(_RESULT, 1)[1])
+        return call_in_django(target, self.env, **kwargs)
 
     def start(self) -> LiveServer:
         (self.tmp / "var").mkdir(exist_ok=True)

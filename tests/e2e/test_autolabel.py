@@ -3,9 +3,6 @@ and read the audit results — headless Chromium against a live server with a re
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from devtools.deployed import stop_groups
 from tests.integration.round_helpers import TEST_OPTIONS
 from tests.live_server import PASSWORD, ROOT, LiveServer
 
@@ -34,13 +32,7 @@ def app_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         try:
             yield live, logs
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=10)
+            stop_groups({"worker": worker})
 
 
 def test_calibrate_review_launch_and_audit(

@@ -17,6 +17,7 @@ from django.db import connections
 
 from annotate.models import Round
 from annotate.services.oracle import TREC_CODES, annotator, label_batch, trec_project  # noqa: F401  (the tests' helpers)
+from devtools.deployed import stop_groups
 from tests import redis_owner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,15 +96,7 @@ class Workers:
         proc.wait(timeout=30)
 
     def stop_all(self) -> None:
-        for name in list(self.procs):
-            proc = self.procs.pop(name)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_groups(self.procs)
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log")))
