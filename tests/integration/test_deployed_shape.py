@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import requests
 
 from devtools.deployed import Deployment, gold_by_text, own_postgres_database, parent_pid, run_rounds
 from devtools.live_server import PASSWORD, login_session
@@ -116,6 +117,7 @@ def test_three_rounds_through_the_deployed_processes(shared_data: Path, tiny_lla
             )
             facts = deployment.call("tests.integration.test_deployed_shape:round_facts", project=project)
             curve = login_session(deployment.url, "ml").get(f"{deployment.url}/p/{project}/ml/", timeout=60)
+            htmx = requests.get(f"{deployment.url}/static/js/htmx.min.js", timeout=30)  # gunicorn serves static too
             # who scored: the processes named by the shards' claims, asked while they still run
             scorers = {parent_pid(int(w.rsplit(":", 1)[1])) for f in facts for w in f["shard_workers"]}
             gpu_pid, cpu_pid = deployment.pid("gpu-worker-0"), deployment.pid("worker")
@@ -136,3 +138,4 @@ def test_three_rounds_through_the_deployed_processes(shared_data: Path, tiny_lla
     assert scorers == {gpu_pid} and cpu_pid not in scorers  # the gpu queue's worker (its prefork child) alone
     assert curve.status_code == 200 and 'id="learning-curve"' in curve.text and "<img" in curve.text
     assert curve.text.count('class="round-config"') == ROUNDS
+    assert htmx.status_code == 200 and "htmx" in htmx.text[:2000]
