@@ -181,8 +181,9 @@ def write_override(gpus: int, out: str | None) -> None:
 
 
 def demo_web_argv(port: int) -> list[str]:
-    """The demo's web server: Django's, which serves the static files (htmx, css) with DEBUG=1, as
-    gunicorn does not. --noreload: one process, so Ctrl-C stops it and nothing restarts the workers."""
+    """The demo's web server: Django's, one threaded process on loopback that needs no tuning on a laptop
+    (both serve the static files: gunicorn through WhiteNoise). --noreload: Ctrl-C stops it and nothing
+    restarts the workers."""
     return [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
 
 
