@@ -127,7 +127,7 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODEL" "$GGUF" || exit
   compare_cmd
   step hf-scores 330 "${CMP[@]}" --only hf --timeout 310
   cp "$P/adapters/train.json" "$OUT/" 2>/dev/null
-  tar czf "$OUT/prep-logs.tgz" -C "$P" logs work/progress.log 2>/dev/null
+  tar czf "$OUT/prep-logs.tgz" -C "$P" logs work/progress.log work/logs work/scores 2>/dev/null  # the hf scores survive a lost machine
   say "prep done" ;;
 
 vllm)  # there, once vLLM's site is installed: cold start + every set, warm start, the report
