@@ -11,7 +11,7 @@ COMMIT=$(git rev-parse --short HEAD)
 OUT=${OUT:-bench/ci-results/double-$COMMIT}
 WORK=${WORK:-/tmp/alann-double-ci}
 SHARED=$(cd ../shared && pwd)
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: each run writes its log from inside its clone
 rm -rf "$WORK" && mkdir -p "$WORK"
 for n in 1 2; do
   mkdir -p "$WORK/c$n" && git clone -q . "$WORK/c$n/p" && ln -s "$SHARED" "$WORK/c$n/shared"
