@@ -6,13 +6,13 @@
     GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...},
                                              "config": {...}, "config_fingerprint": sha256}
 
-Auth: ``Authorization: Token <token>``; the token's sha256 digest is looked up in ApiToken. Starting a
-round needs the ML role in its project, reading one any role in the round's project (annotate.roles.project_roles).
+Auth: ``Authorization: Token <token>`` (annotate.access.token_required: 401 without one, 403 JSON when
+the policy refuses). Starting a round needs the ML role in its project, reading one any role in the
+round's project.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.conf import settings
@@ -23,20 +23,12 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate.models import ApiToken, Project, Round
-from annotate.roles import ALL_ROLES, ML, has_project_role
+from annotate.access import project_of, token_required
+from annotate.models import Project, Round
+from annotate.roles import ALL_ROLES, ML
 from annotate.selectors import loop as loop_sel
 from annotate.services.imports import strict_json
 from annotate.services.rounds import RoundError, UnknownStrategyError, round_request_start
-
-
-def _user(request: HttpRequest) -> Any:
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "token" or not raw.strip():
-        return None
-    digest = hashlib.sha256(raw.strip().encode()).hexdigest()
-    token = ApiToken.objects.select_related("user").filter(digest=digest).first()
-    return token.user if token is not None and token.user.is_active else None
 
 
 def _denied(status: int, message: str) -> JsonResponse:
@@ -83,20 +75,16 @@ def round_json(row: Round) -> dict[str, Any]:
 
 
 @csrf_exempt
+@token_required(ML)
 @require_POST
 def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
-    user = _user(request)
-    if user is None:
-        return _denied(401, "missing or unknown token (Authorization: Token <token>)")
-    if not has_project_role(user, project_id, ML):
-        return _denied(403, "starting a round needs the ML role in this project")
     project = get_object_or_404(Project, pk=project_id)
     try:
         strategy = str(_options(request).get("strategy") or "active")[:100]  # no names that long: keep errors short
     except ValueError as exc:
         return _denied(400, f"unreadable body: {exc}")
     try:
-        row = round_request_start(project=project, user=user, strategy=strategy)
+        row = round_request_start(project=project, user=request.user, strategy=strategy)
     except UnknownStrategyError as exc:
         return _denied(400, str(exc))
     except RoundError as exc:
@@ -111,12 +99,8 @@ def api_round_start(request: HttpRequest, project_id: int) -> JsonResponse:
     return JsonResponse(body, status=201)
 
 
+@token_required(*ALL_ROLES, project=project_of(Round, "round_id"))
 @require_GET
 def api_round(request: HttpRequest, round_id: int) -> JsonResponse:
-    user = _user(request)
-    if user is None:
-        return _denied(401, "missing or unknown token (Authorization: Token <token>)")
     row = get_object_or_404(Round, pk=round_id)
-    if not has_project_role(user, row.project_id, *ALL_ROLES):
-        return _denied(403, "this token's user has no role in the round's project")
     return JsonResponse(round_json(row))

@@ -6,7 +6,8 @@
                                           (400 bad options or no calibration, 409 while a run is going)
     GET  /api/autolabel/<id>/             → 200 status, progress, ETA, tiers, dead letters, prefix-cache hit rate
 
-Starting either needs the ML role; reading, any valid token.
+Starting either, and reading either, needs the ML role in the project (the one named in the URL, or
+the calibration's / run's own): annotate.access.token_required, as for the rounds API.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from annotate.api import _denied, _options, _user
+from annotate.access import project_of, token_required
+from annotate.api import _denied, _options
 from annotate.models import AutolabelRun, Calibration, Project
-from annotate.roles import ML, has_role
+from annotate.roles import ML
 from annotate.selectors import autolabel as auto_sel
 from annotate.services import autolabel as auto
-
-NO_TOKEN = "missing or unknown token (Authorization: Token <token>)"
 
 
 def calibration_json(row: Calibration) -> dict[str, Any]:
@@ -79,15 +79,6 @@ def run_json(row: AutolabelRun) -> dict[str, Any]:
     }
 
 
-def _ml_user(request: HttpRequest) -> tuple[Any, JsonResponse | None]:
-    user = _user(request)
-    if user is None:
-        return None, _denied(401, NO_TOKEN)
-    if not has_role(user, ML):
-        return None, _denied(403, "auto-labelling needs the ML role")
-    return user, None
-
-
 def _number(options: dict[str, Any], key: str, default: float, kind: type = float) -> Any:
     value = options.get(key, default)
     try:
@@ -99,13 +90,11 @@ def _number(options: dict[str, Any], key: str, default: float, kind: type = floa
 def _start(
     request: HttpRequest, project_id: int, create: Callable[[Project, Any, dict], Any], url: str
 ) -> JsonResponse:
-    """The POST endpoints: ML token, the project, the options → one service; 201, 400 or 409."""
-    user, denied = _ml_user(request)
-    if denied is not None:
-        return denied
+    """The POST endpoints (the ML token checked by their policy): the project, the options → one
+    service; 201, 400 or 409."""
     project = get_object_or_404(Project, pk=project_id)
     try:
-        row = create(project, user, _options(request))
+        row = create(project, request.user, _options(request))
     except auto.RunActiveError as exc:
         return _denied(409, str(exc))
     except ValueError as exc:
@@ -114,6 +103,7 @@ def _start(
 
 
 @csrf_exempt
+@token_required(ML)
 @require_POST
 def api_calibration_start(request: HttpRequest, project_id: int) -> JsonResponse:
     def create(project: Project, user: Any, options: dict) -> Calibration:
@@ -128,14 +118,14 @@ def api_calibration_start(request: HttpRequest, project_id: int) -> JsonResponse
     return _start(request, project_id, create, "api_calibration")
 
 
+@token_required(ML, project=project_of(Calibration, "calibration_id"))
 @require_GET
 def api_calibration(request: HttpRequest, calibration_id: int) -> JsonResponse:
-    if _user(request) is None:
-        return _denied(401, NO_TOKEN)
     return JsonResponse(calibration_json(get_object_or_404(Calibration, pk=calibration_id)))
 
 
 @csrf_exempt
+@token_required(ML)
 @require_POST
 def api_autolabel_start(request: HttpRequest, project_id: int) -> JsonResponse:
     def create(project: Project, user: Any, options: dict) -> AutolabelRun:
@@ -150,8 +140,7 @@ def api_autolabel_start(request: HttpRequest, project_id: int) -> JsonResponse:
     return _start(request, project_id, create, "api_autolabel")
 
 
+@token_required(ML, project=project_of(AutolabelRun, "run_id"))
 @require_GET
 def api_autolabel(request: HttpRequest, run_id: int) -> JsonResponse:
-    if _user(request) is None:
-        return _denied(401, NO_TOKEN)
     return JsonResponse(run_json(get_object_or_404(AutolabelRun, pk=run_id)))

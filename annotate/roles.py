@@ -1,5 +1,6 @@
-"""Roles are Django groups, and per project a membership can narrow them. Every view declares the
-roles it admits; the check runs server-side, so a URL typed by hand gets 403, never the page.
+"""Roles are Django groups, and per project a membership can narrow them. Every route declares the
+roles it admits (annotate.access, the one place that decides); the check runs server-side, so a URL
+typed by hand gets 403, never the page.
 
 Who can open a project (decision, README "Who can open a project"): a project without members is
 open to every user by their global role (one team, one install: nothing to set up); once a lead or
@@ -9,23 +10,16 @@ label project B). Superusers open everything."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponseBase
 
 ANNOTATOR = "annotator"
 LEAD = "lead"
 ML = "ml"
 ALL_ROLES = (ANNOTATOR, LEAD, ML)
-
-View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
 
 def roles_of(user: Any) -> set[str]:
@@ -99,26 +93,3 @@ def project_roles(user: Any, project_id: int) -> set[str]:
 
 def has_project_role(user: Any, project_id: int, *roles: str) -> bool:
     return bool(project_roles(user, project_id) & set(roles))
-
-
-def role_required(*roles: str) -> Callable[[View], View]:
-    """Login required, then one of `roles` (403 otherwise): in the project of a ``project_id`` URL,
-    the user's roles there (`project_roles`); elsewhere their global roles. Leads may do what
-    annotators do (views list both)."""
-
-    def decorator(view: View) -> View:
-        @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            project_id = kwargs.get("project_id")
-            if project_id is not None:
-                allowed = has_project_role(request.user, int(project_id), *roles)
-            else:
-                allowed = has_role(request.user, *roles)
-            if not allowed:
-                where = " in this project" if project_id is not None else ""
-                raise PermissionDenied(f"this page needs the role {' or '.join(roles)}{where}")
-            return view(request, *args, **kwargs)
-
-        return login_required(wrapped)  # type: ignore[return-value]
-
-    return decorator

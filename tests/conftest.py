@@ -1,11 +1,13 @@
-"""Shared fixtures: this run's own Redis database, model directories (no hub), the shared data sets,
-artifact folders."""
+"""Shared fixtures: this run's own PostgreSQL test database and Redis database, model directories (no
+hub), the shared data sets, artifact folders."""
 
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -16,6 +18,28 @@ from tests.prerequisites import missing_prerequisite
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 REDIS_SERVER = os.environ.get("TEST_REDIS_SERVER", "redis://127.0.0.1:6379")
+
+
+PG_NAME_MAX = 63  # PostgreSQL's identifier limit; a longer name is cut silently, and two runs could meet again
+
+
+def run_database_name(base: str) -> str:
+    """``test_<base>_<pid>_<random>``: no other run on this server (or another machine) picks it."""
+    suffix = f"_{os.getpid()}_{secrets.token_hex(4)}"
+    return f"test_{base}"[: PG_NAME_MAX - len(suffix)] + suffix
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """On PostgreSQL this run creates, uses and drops a test database of its own. Django's default,
+    ``test_<name>``, is the same for every run against the server: a second run started meanwhile
+    failed with "database already exists", or dropped it under the first one."""
+    databases: dict[str, dict[str, Any]] = settings.DATABASES
+    for db_settings in databases.values():
+        if db_settings["ENGINE"] != "django.db.backends.postgresql":
+            continue
+        test = db_settings.setdefault("TEST", {})
+        test["NAME"] = run_database_name(test.get("NAME") or str(db_settings["NAME"]))
 
 
 @pytest.fixture(scope="session", autouse=True)

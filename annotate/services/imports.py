@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -30,6 +31,7 @@ import re
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +60,15 @@ BINARY_STARTS = {
     b"PK\x03\x04": "a zip archive (or an .xlsx workbook): export the sheet as CSV",
     b"\xff\xfe": "UTF-16 text (byte-order mark FF FE): save it as UTF-8",
     b"\xfe\xff": "UTF-16 text (byte-order mark FE FF): save it as UTF-8",
+    b"\x89PNG\r\n": "a PNG image",  # the first line only: the signature goes on after a newline byte
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image",
+    b"%PDF-": "a PDF document: export its table as CSV",
+    b"SQLite format 3\x00": "an SQLite database: export the table as CSV",
 }
+# Characters a text can hold and still show nothing: format characters (Unicode category Cf: zero-width
+# space, joiners, word joiner, byte-order mark, direction marks) and these blank letters and symbols.
+INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 csv.field_size_limit(sys.maxsize)
 
@@ -134,7 +144,24 @@ def _first_line(chunk: bytes, filename: str) -> bytes:
     for magic, what in BINARY_STARTS.items():
         if chunk.startswith(magic):
             raise ImportFailed(filename, None, f"this is not a text file but {what}")
+    if _utf16_without_bom(chunk):
+        raise ImportFailed(
+            filename,
+            None,
+            "this looks like UTF-16 text without a byte-order mark (every other byte is NUL): save it as UTF-8",
+        )
     return chunk[3:] if chunk.startswith(b"\xef\xbb\xbf") else chunk
+
+
+def _utf16_without_bom(chunk: bytes) -> bool:
+    """Latin text in UTF-16 has a NUL in every other byte (the high byte of each character); a UTF-8
+    file with a stray NUL has one here and there. The line was cut at a \\n byte, so an LE file's
+    first line ends one byte short of its last character: look at the bytes before it."""
+    body = chunk[: len(chunk) - len(chunk) % 2]
+    if len(body) < 4:
+        return False
+    halves = body[0::2], body[1::2]
+    return any(half.count(0) >= 0.9 * len(half) for half in halves) and body.count(0) < len(body)
 
 
 def _csv_error(exc: csv.Error, start: int, line: int) -> str:
@@ -156,6 +183,8 @@ def _csv_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tu
     except csv.Error as exc:
         raise ImportFailed(filename, None, "header: " + _csv_error(exc, 1, reader.line_num)) from None
     header = [h.strip() for h in header]
+    for column in header:
+        _refuse_near_miss(column, filename, 1, "column")
     if required not in header:
         raise ImportFailed(filename, 1, f"missing {required!r} column (found columns: {', '.join(header) or 'none'})")
     if len(set(header)) != len(header):
@@ -174,6 +203,35 @@ def _csv_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tu
         if len(values) != len(header):
             raise ImportFailed(filename, line, f"expected {len(header)} fields, found {len(values)}")
         yield line, dict(zip(header, values, strict=True))
+
+
+def _shows(char: str) -> bool:
+    """False for what shows nothing: whitespace, format characters, blank letters."""
+    return not char.isspace() and char not in INVISIBLE_LETTERS and unicodedata.category(char) != "Cf"
+
+
+def _refuse_near_miss(name: str, filename: str, line: int, what: str) -> None:
+    """A column (CSV) or key (JSONL) that reads as text / id / label but is not exactly it ('Label',
+    a zero-width space or a byte-order mark inside) would be kept as metadata and its values lost:
+    refused, naming the column and what it differs by."""
+    mistake = _near_miss(name)
+    if mistake is not None:
+        raise ImportFailed(filename, line, f"{what} {name!r} {mistake}")
+
+
+@functools.lru_cache(maxsize=4096)  # JSONL asks for every key of every line: the same few names
+def _near_miss(name: str) -> str | None:
+    if name in RESERVED:
+        return None
+    intended = "".join(c for c in name if _shows(c)).casefold()
+    if intended not in RESERVED:
+        return None
+    hidden = sorted({f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in name if not _shows(c)})
+    differs = f"invisible characters inside ({', '.join(hidden)})" if hidden else "letter case"
+    return (
+        f"is not {intended!r} (it differs by {differs}): did you mean {intended!r}? "
+        f"Rename it to {intended!r}, or to another name to keep it as metadata"
+    )
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -208,7 +266,17 @@ def _json_line(raw: str, filename: str, line: int, last: bool) -> Any:
         raise ImportFailed(filename, line, f"invalid JSON: {message} at column {exc.colno}{cut}") from None
     except ValueError as exc:  # a repeated key, NaN/Infinity, too deep, an integer over Python's digit limit
         text = str(exc)
+        digits = _TOO_MANY_DIGITS.search(text)
+        if digits is not None:
+            text = (
+                f"a number of {int(digits['has']):,} digits (the most a JSON number may have here is "
+                f"{int(digits['limit']):,}): write long ids and numbers as strings, in quotes"
+            )
         raise ImportFailed(filename, line, text if "nested" in text else f"invalid JSON: {text}") from None
+
+
+# Python's own message names sys.set_int_max_str_digits(), a fix for the server, not the uploader.
+_TOO_MANY_DIGITS = re.compile(r"limit \((?P<limit>\d+) digits\).*value has (?P<has>\d+) digits")
 
 
 def _jsonl_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -221,6 +289,8 @@ def _jsonl_rows(lines: Iterator[str], filename: str, required: str) -> Iterator[
         obj = _json_line(raw, filename, line, last=ahead is None)
         if not isinstance(obj, dict):
             raise ImportFailed(filename, line, "each line must be a JSON object")
+        for key in obj:
+            _refuse_near_miss(key, filename, line, "key")
         if required not in obj:
             raise ImportFailed(filename, line, f"missing {required!r} field")
         yield line, obj
@@ -246,8 +316,9 @@ def _row(record: dict[str, Any], line: int, name: str, *, gold: bool = False) ->
     text = record.get("text", "" if gold else None)
     if not isinstance(text, str):
         raise ImportFailed(name, line, "'text' must be a string")
-    if not gold and not text.strip():
-        raise ImportFailed(name, line, "empty text")
+    if not gold and not any(map(_shows, text)):  # stops at the first visible character
+        hidden = "" if not text.strip() else " (only invisible characters such as zero-width spaces)"
+        raise ImportFailed(name, line, f"empty text{hidden}")
     if len(text) > MAX_TEXT_CHARS:
         raise ImportFailed(name, line, f"text is {len(text):,} characters, over the {MAX_TEXT_CHARS:,} limit")
     external_id = _scalar_field(record, "id", name, line)
@@ -369,8 +440,14 @@ def _validate(
         ids.close()
         texts.close()
     if report.rows == 0:
-        raise ImportFailed(filename, None, "no rows after the header")
+        raise ImportFailed(filename, None, _no_rows(filename))
     return report
+
+
+def _no_rows(filename: str) -> str:
+    if detect_format(filename) == "jsonl":
+        return "no rows: the file holds only blank lines (JSONL: one JSON object per line)"
+    return "no rows after the header"
 
 
 def _validate_gold(
@@ -386,7 +463,7 @@ def _validate_gold(
             raise ImportFailed(filename, row.line, _unknown_label(row.label, labels))
         _check_gold_row(row, filename, test_ids, seen_ids)
     if report.rows == 0:
-        raise ImportFailed(filename, None, "no rows after the header")
+        raise ImportFailed(filename, None, _no_rows(filename))
     return report
 
 

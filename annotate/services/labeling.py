@@ -328,11 +328,12 @@ def _aware(value: datetime | str | None) -> datetime | None:
 
 
 def _check_may_label(state: _SubmitState, item: Item) -> None:
-    """The annotator holds a live lease; or holds an expired one / labels a test item while the item
-    still has room (nobody else took the place meanwhile)."""
+    """The annotator holds a live lease; or holds an expired one while the item still has room (nobody
+    else took the place meanwhile). Test items too: the test queue leases them like the batch, so
+    nobody labels (and so decides) a test item by posting its id."""
     if state.lease_live:
         return
-    if state.lease_created is None and not item.is_test:
+    if state.lease_created is None:
         raise NotLeased("this item is not assigned to you; take the next item")
     if item.final_label_id is not None or not state.room:
         raise NotLeased("your time on this item ran out and it went to someone else; take the next item")

@@ -13,9 +13,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from annotate.access import role_required
 from annotate.forms import LabelForm, SkipForm
 from annotate.models import Annotation, Item, Project
-from annotate.roles import ANNOTATOR, LEAD, role_required
+from annotate.roles import ANNOTATOR, LEAD
 from annotate.selectors.labeling import (
     empty_queue_reason,
     guidelines_html,
@@ -27,6 +28,7 @@ from annotate.selectors.labeling import (
 from annotate.services.labeling import (
     AlreadyLabelled,
     LabelingError,
+    NotLeased,
     Queue,
     label_submit_and_next,
     label_undo,
@@ -128,7 +130,8 @@ def annotate_label(request: HttpRequest, project_id: int) -> HttpResponse:
             revise=data["revise"],
         )
     except LabelingError as exc:
-        status = 409 if isinstance(exc, AlreadyLabelled) else 400
+        # A clash with the item's state (labelled already, not leased to me) is 409, as for skips.
+        status = 409 if isinstance(exc, AlreadyLabelled | NotLeased) else 400
         return _refused(request, project, queue, str(exc), status=status)
     if request.htmx:  # type: ignore[attr-defined]
         return _panel(request, project, queue, item=item, saved=annotation)

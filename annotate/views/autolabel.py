@@ -12,9 +12,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from annotate.access import role_required
 from annotate.forms_autolabel import CalibrateForm, GoldDrawForm, LaunchForm, first_error
 from annotate.models import Project
-from annotate.roles import LEAD, ML, role_required
+from annotate.roles import LEAD, ML
 from annotate.selectors import autolabel as auto_sel
 from annotate.services import autolabel as auto
 from annotate.services.exports_autolabel import export_dataset, export_dataset_parquet

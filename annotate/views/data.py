@@ -14,9 +14,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from annotate.access import role_required
 from annotate.forms_data import ExportForm
 from annotate.models import ImportJob, Project
-from annotate.roles import LEAD, ML, role_required
+from annotate.roles import LEAD, ML
 from annotate.services.exports import export_labels, export_predictions
 from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset
 from annotate.services.imports import ImportFailed, detect_format, import_create

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from annotate.access import signed_in
 from annotate.roles import LEAD, ML, roles_of
 from annotate.selectors.projects import project_cards
 
 
-@login_required
+@signed_in
 def home(request: HttpRequest) -> HttpResponse:
     """Landing page: what the app does, the projects the user may open with their progress and the
     links the user's roles open there, and for ML staff the way to a new project."""

@@ -8,10 +8,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from annotate.access import role_required
 from annotate.forms_data import ItemFilterForm, SendToReviewForm
 from annotate.forms_setup import AdjudicationForm
 from annotate.models import Item, Project
-from annotate.roles import LEAD, ML, has_project_role, role_required
+from annotate.roles import LEAD, ML, has_project_role
 from annotate.selectors.items import PAGE_SIZE, browse_page, item_history, item_review_state
 from annotate.services.review import ReviewError, adjudicate, item_send_to_review
 

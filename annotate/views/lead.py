@@ -7,9 +7,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from annotate.access import role_required
 from annotate.forms_setup import AdjudicationForm
 from annotate.models import Item, Project
-from annotate.roles import LEAD, ML, role_required
+from annotate.roles import LEAD, ML
 from annotate.selectors import agreement
 from annotate.selectors.review import QUEUES, item_for_lead, queue_counts, queue_items
 from annotate.services.review import ReviewError, adjudicate, item_return_to_pool

@@ -14,9 +14,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
+from annotate.access import role_required
 from annotate.forms_setup import RoundStartForm
 from annotate.models import Project
-from annotate.roles import ML, role_required
+from annotate.roles import ML
 from annotate.selectors import rounds as rounds_sel
 from annotate.selectors import stopping as stopping_sel
 from annotate.selectors.progress import batch_status, labeling_round

@@ -8,9 +8,10 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from annotate.access import role_required
 from annotate.forms_setup import ProjectSetupForm
 from annotate.models import Project
-from annotate.roles import ML, role_required
+from annotate.roles import ML
 from annotate.services.projects import ProjectError, project_create
 from annotate.services.setup import project_update
 

@@ -10,9 +10,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from annotate.access import role_required
 from annotate.forms_data import MemberForm, UserCreateForm, UserRolesForm
 from annotate.models import Project, ProjectMembership
-from annotate.roles import ALL_ROLES, LEAD, ML, project_roles, role_required, roles_of
+from annotate.roles import ALL_ROLES, LEAD, ML, project_roles, roles_of
 from annotate.services.accounts import (
     AccountError,
     grantable_roles,

@@ -131,7 +131,8 @@ UPLOADS: list[tuple[str, str, str | bytes, Refused | Imported]] = [
     ("100,000 levels of JSON", "deep.jsonl", NESTED, Refused("deep.jsonl, line 1: JSON nested too deeply")),
     ("40 levels of metadata", "deep40.jsonl", NESTED_40, Refused("deep40.jsonl, line 1: column 'm' is nested over 32 levels deep")),
     ("NaN in JSON", "nan.jsonl", '{"text": "a", "score": NaN}\n', Refused("nan.jsonl, line 1: invalid JSON: NaN is not a JSON number")),
-    ("a 5,000-digit number", "num.jsonl", '{"text": "a", "n": ' + "9" * 5000 + "}\n", Refused("num.jsonl, line 1: invalid JSON: Exceeds the limit")),
+    ("a 5,000-digit number", "num.jsonl", '{"text": "a", "n": ' + "9" * 5000 + "}\n", Refused("num.jsonl, line 1: invalid JSON: a number of 5,000 digits (the most a JSON number may have here is 4,300): write long ids and numbers as strings, in quotes")),
+    ("a 5,000-digit id", "numid.jsonl", '{"id": ' + "9" * 5000 + ', "text": "a"}\n', Refused("numid.jsonl, line 1: invalid JSON: a number of 5,000 digits")),
     (
         "numbers as labels",
         "numbers.jsonl",
@@ -155,7 +156,7 @@ UPLOADS: list[tuple[str, str, str | bytes, Refused | Imported]] = [
     ),
     ("a label with outer spaces is trimmed", "trim.csv", "id,text,label\nk1,a,  positive \n", Imported([("k1", "a", "positive", {})])),
     ("a CSV header only", "header.csv", "id,text,label\n", Refused("header.csv: no rows after the header")),
-    ("an empty JSONL line only", "blank.jsonl", "\n\n", Refused("blank.jsonl: no rows after the header")),
+    ("an empty JSONL line only", "blank.jsonl", "\n\n", Refused("blank.jsonl: no rows: the file holds only blank lines (JSONL: one JSON object per line)")),
     (
         "JSONL with a trailing partial line",
         "partial.jsonl",
@@ -165,6 +166,26 @@ UPLOADS: list[tuple[str, str, str | bytes, Refused | Imported]] = [
     ("JSONL without a final newline", "nofinal.jsonl", '{"id": "z", "text": "ok"}', Imported([("z", "ok", None, {})])),
     ("an unterminated quote", "quote.csv", 'id,text\nq1,"never closed\nq2,b\n', Refused("quote.csv: unterminated quote starting on line 2")),
     ("a repeated column", "cols.csv", "id,text,text\n1,a,b\n", Refused("cols.csv, line 1: repeated column names in the header")),
+    # Issue 34: a near-miss of text / id / label would import the rows, their labels kept as metadata.
+    ("a Label header", "Label.csv", "text,Label\na,positive\n", Refused("Label.csv, line 1: column 'Label' is not 'label' (it differs by letter case): did you mean 'label'?")),
+    ("a Text header", "Text.csv", "Text,label\na,positive\n", Refused("Text.csv, line 1: column 'Text' is not 'text' (it differs by letter case): did you mean 'text'?")),
+    ("a zero-width space in a header", "zw.csv", "text,\u200blabel\na,positive\n", Refused("zw.csv, line 1: column '\\u200blabel' is not 'label' (it differs by invisible characters inside (U+200B ZERO WIDTH SPACE)): did you mean 'label'?")),
+    ("a BOM inside a header", "bomcol.csv", "text,\ufefflabel\na,positive\n", Refused("bomcol.csv, line 1: column '\\ufefflabel' is not 'label' (it differs by invisible characters inside (U+FEFF ZERO WIDTH NO-BREAK SPACE)): did you mean 'label'?")),
+    ("an ID header beside id-like metadata", "ID.csv", "ID,text\n1,a\n", Refused("ID.csv, line 1: column 'ID' is not 'id'")),
+    ("a JSONL key Label", "Label.jsonl", '{"text": "a", "Label": "positive"}\n', Refused("Label.jsonl, line 1: key 'Label' is not 'label' (it differs by letter case): did you mean 'label'?")),
+    ("a JSONL key with a word joiner", "wj.jsonl", '{"text": "a"}\n{"text": "b", "lab\\u2060el": "positive"}\n', Refused("wj.jsonl, line 2: key 'lab\\u2060el' is not 'label' (it differs by invisible characters inside (U+2060 WORD JOINER))")),
+    ("an unrelated capitalised column is metadata", "Source.csv", "text,Source\na,web\n", Imported([("Source.csv:2", "a", None, {"Source": "web"})])),
+    # Issue 34: a text the annotator would see blank is empty, like a whitespace-only one.
+    *[
+        (f"a text of only U+{ord(c):04X}", "zw-text.csv", f"id,text\nz1,{c}{c} \n", Refused("zw-text.csv, line 2: empty text (only invisible characters such as zero-width spaces)"))
+        for c in "\u200b\u200c\u200d\u2060\ufeff"
+    ],
+    ("a zero-width text in JSONL", "zw-text.jsonl", '{"text": "\\u200b\\u200d"}\n', Refused("zw-text.jsonl, line 1: empty text (only invisible characters")),
+    ("a zero-width joiner inside an emoji is text", "zwj.csv", "id,text\nz2,👩\u200d💻\n", Imported([("z2", "👩\u200d💻", None, {})])),
+    # Issue 34: binary files under a text name, in words.
+    ("UTF-16 LE without a BOM", "utf16le.csv", "id,text\n1,hello\n".encode("utf-16-le"), Refused("utf16le.csv: this looks like UTF-16 text without a byte-order mark (every other byte is NUL): save it as UTF-8")),
+    ("UTF-16 BE without a BOM", "utf16be.csv", "id,text\n1,hello\n".encode("utf-16-be"), Refused("utf16be.csv: this looks like UTF-16 text without a byte-order mark")),
+    ("a PNG named .csv", "image.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)), Refused("image.csv: this is not a text file but a PNG image")),
 ]  # fmt: skip
 
 

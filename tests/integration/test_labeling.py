@@ -217,6 +217,26 @@ def test_test_queue_and_batch_queue_never_mix(project: Project, alice: User) -> 
     assert served_test == test_ids
 
 
+def test_a_test_item_is_labelled_only_through_the_test_queues_lease(
+    project: Project, client_alice: Client, alice: User, bob: User
+) -> None:
+    """Issue 34: a test item's label decides the set every learning curve is measured on; posting its
+    id without having opened the test queue is refused (409, as for a skip), nothing is written."""
+    test_item = Item.objects.filter(project=project, is_test=True).order_by("pk").first()
+    assert test_item is not None
+    data = {"item": test_item.pk, "label": label(project, "positive").pk, "queue": "test"}
+    refused = client_alice.post(reverse("annotate_label", args=[project.pk]), data, headers={"HX-Request": "true"})
+    assert refused.status_code == 409 and "not assigned to you" in refused.content.decode()
+    with pytest.raises(NotLeased, match="not assigned to you"):
+        label_submit(item=test_item, annotator=bob, label=label(project, "negative"))
+    test_item.refresh_from_db()
+    assert not Annotation.objects.exists() and test_item.final_label is None
+    # Through the queue it is hers to label, like any batch item.
+    assert next_item_for(project=project, annotator=alice, queue="test") == test_item
+    taken = client_alice.post(reverse("annotate_label", args=[project.pk]), data, headers={"HX-Request": "true"})
+    assert taken.status_code == 200 and Annotation.objects.get().item_id == test_item.pk
+
+
 def test_test_items_are_double_labelled_where_overlap_is_on(project: Project, alice: User, bob: User) -> None:
     Project.objects.filter(pk=project.pk).update(overlap_share=0.2, overlap_annotators=2)
     project.refresh_from_db()

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 
 from annotate import urls
-from annotate.models import ApiToken, ImportJob, Item, Project, ProjectMembership, Round
+from annotate.models import ApiToken, AutolabelRun, Calibration, ImportJob, Item, Project, ProjectMembership, Round
 from annotate.services.accounts import AccountError, membership_set, user_create
 from annotate.services.projects import LabelInput, project_create
 
@@ -24,7 +24,7 @@ def fast_passwords(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def _project(name: str) -> Project:
+def project_with_an_item(name: str) -> Project:
     project = project_create(name=name, labels=[LabelInput("sports", "S"), LabelInput("politics", "P")])
     Item.objects.create(project=project, external_id=f"{name}-1", text=f"a text of {name}", text_hash=f"h-{name}")
     return project
@@ -32,7 +32,7 @@ def _project(name: str) -> Project:
 
 @pytest.fixture
 def world() -> dict[str, Any]:
-    a, b, open_project = _project("alpha"), _project("beta"), _project("open")
+    a, b, open_project = project_with_an_item("alpha"), project_with_an_item("beta"), project_with_an_item("open")
     people = {
         "alice": user_create(username="alice", password="pw-12345678", roles=["annotator"]),
         "lena": user_create(username="lena", password="pw-12345678", roles=["lead"]),
@@ -113,6 +113,32 @@ def test_api_tokens_read_and_start_rounds_only_in_their_projects(world: dict[str
     assert client.get(reverse("api_round", args=[beta_round.pk]), headers=headers).status_code == 403
     started = client.post(reverse("api_round_start", args=[world["b"].pk]), headers=headers)
     assert started.status_code == 403 and Round.objects.filter(project=world["b"]).count() == 1
+
+
+def test_the_autolabel_api_is_decided_in_the_project_like_the_rounds_api(world: dict[str, Any]) -> None:
+    """Issue 34: mia is ML staff globally and a member of alpha only; alice annotates alpha. Neither
+    may start or read beta's calibrations and auto-label runs; beta's own ML member may."""
+    beta = world["b"]
+    max_ = user_create(username="max", password="pw-12345678", roles=["ml"])
+    ProjectMembership.objects.create(project=beta, user=max_, role="ml")
+    for user, raw in ((world["mia"], b"tok-mia"), (world["alice"], b"tok-alice"), (max_, b"tok-max")):
+        ApiToken.objects.create(user=user, digest=hashlib.sha256(raw).hexdigest())
+    calibration = Calibration.objects.create(project=beta, created_by=max_)
+    run = AutolabelRun.objects.create(project=beta, calibration=calibration, created_by=max_)
+    client = Client()
+    for token in ("tok-mia", "tok-alice"):
+        headers = {"Authorization": f"Token {token}"}
+        for name in ("api_calibration_start", "api_autolabel_start"):
+            response = client.post(reverse(name, args=[beta.pk]), {"cascade": "none"}, headers=headers)
+            assert response.status_code == 403, (token, name, response.status_code, response.content[:200])
+        for name, pk in (("api_calibration", calibration.pk), ("api_autolabel", run.pk)):
+            response = client.get(reverse(name, args=[pk]), headers=headers)
+            assert response.status_code == 403 and "project" not in response.json(), (token, name)
+    assert (Calibration.objects.count(), AutolabelRun.objects.count()) == (1, 1)  # nothing was started
+    own = {"Authorization": "Token tok-max"}
+    assert client.get(reverse("api_calibration", args=[calibration.pk]), headers=own).json()["project"] == beta.pk
+    assert client.get(reverse("api_autolabel", args=[run.pk]), headers=own).json()["project"] == beta.pk
+    assert client.get(reverse("api_autolabel", args=[run.pk])).status_code == 401
 
 
 def test_members_page_adds_the_first_member_and_keeps_the_adder_in(world: dict[str, Any]) -> None:
