@@ -235,7 +235,12 @@ def test_the_vllm_worker_times_its_start_and_first_shard(
     from scoring import engines
 
     fake, started = FakeVLLM(), []
-    monkeypatch.setattr(engines, "get_engine", lambda kind, model_dir, **options: started.append(kind) or fake)
+
+    def get_engine(kind: str, model_dir: str, **options: object) -> FakeVLLM:
+        started.append(kind)
+        return fake
+
+    monkeypatch.setattr(engines, "get_engine", get_engine)
     cache = tmp_path / "vllm-cache"
     (cache / "torch_compile_cache").mkdir(parents=True)
     (cache / "torch_compile_cache" / "x.py").write_text("compiled")
