@@ -73,6 +73,7 @@ def test_live_loop_leaves_other_runs_databases_alone(tmp_path: Path, settings: A
             assert other.client().get("someone-elses-key") == b"keep me", f"db {other.db} was flushed"
     finally:
         for other in others:
+            other.client().delete("someone-elses-key")  # release keeps keys of other kinds: it is ours to remove
             other.release()
 
 
