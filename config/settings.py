@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -155,6 +156,9 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles")).resol
 # the compose deployment has no proxy in front. From the finders too, so a server started without
 # collectstatic (the end-to-end test, a venv install) serves them as well; immutable caching is left off.
 WHITENOISE_USE_FINDERS = True
+# Without collectstatic (a venv install, the tests) STATIC_ROOT does not exist and the finders serve
+# everything: WhiteNoise's warning about the missing folder says nothing worth reading then.
+warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
