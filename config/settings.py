@@ -158,7 +158,7 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles")).resol
 WHITENOISE_USE_FINDERS = True
 # Without collectstatic (a venv install, the tests) STATIC_ROOT does not exist and the finders serve
 # everything: WhiteNoise's warning about the missing folder says nothing worth reading then.
-warnings.filterwarnings("ignore", message="No directory at", module="whitenoise.base")
+warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
