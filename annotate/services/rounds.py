@@ -116,11 +116,8 @@ def _frozen_config(project: Project, number: int) -> dict[str, Any]:
     """The configuration round ``number`` of ``project`` will run with, frozen here, in the requesting
     process, for every process that works on it (annotate.loopconfig); a bad deployment option is
     refused now, by name, before any row is written."""
-    from scoring.engines import adapter_set_hash
-
-    refs = loop_sel.adapter_refs(loop_sel.prod_adapters(project=project, before_number=number))
     try:
-        return freeze_config(project, adapter_set=adapter_set_hash(refs))
+        return freeze_config(project, adapter_set=loop_sel.prod_set_hash(project=project, before_number=number))
     except ValueError as exc:
         raise RoundError(f"the deployment's loop options are invalid: {exc}") from exc
 
