@@ -71,7 +71,8 @@ class Deployment:
             REDIS_URL=redis_url,
             VAR_DIR=str(var_dir),
             ALANN_LOOP_OPTIONS=loop_options,  # the deployment's options: the web and CPU worker read them
-            PYTHONPATH=str(ROOT),
+            # the repository first, then whatever the caller's path holds (a GPU machine's carried site)
+            PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
             HF_HUB_OFFLINE="1",
             TOKENIZERS_PARALLELISM="false",
             LOG_LEVEL="INFO",

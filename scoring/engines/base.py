@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from scoring.prompts import PromptRenderer
 
 EngineKind = Literal["hf", "vllm"]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,17 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
         elif kind == "vllm":
             from scoring.engines.vllm import VLLMEngine
 
+            asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
+                began = time.monotonic()
                 _ENGINES[key] = VLLMEngine(str(model_dir), **options)
+            # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
+            log.info(
+                "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s)",
+                time.monotonic() - began,
+                began - asked,
+                getattr(_ENGINES[key], "in_process", None),
+            )
         else:
             raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")
     return _ENGINES[key]

@@ -7,13 +7,22 @@ their log-probabilities under the full vocabulary, which gives both the label di
 label mass. vLLM is imported inside functions only; the pure helpers below (request building, output
 conversion, metrics) are unit-tested with fake objects shaped like vLLM's.
 
-On a GPU worker, vLLM must start before the process does torch CPU work, with
+vLLM reports at most ``VLLM_MAX_LABELS`` (128) requested logprobs per request; a larger label set
+(CLINC150's 151 intents) is asked for in chunks of label ids, one request per chunk for the same
+prompt and adapter. The values are full-vocabulary log-probabilities, so the chunks' columns join
+exactly, and the repeated prompt is a prefix-cache hit but for its last partial block.
+
+In a standalone script, vLLM must start before the process does torch CPU work, with
 VLLM_WORKER_MULTIPROC_METHOD=spawn and the caller's work under ``if __name__ == "__main__":``
-(see ../shared/device/README.md: otherwise engine start hangs).
+(see ../shared/device/README.md: otherwise engine start hangs). In a Celery prefork child (a daemonic
+process, which multiprocessing forbids to have children) the engine core runs in-process instead.
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,9 +30,44 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scoring.engines.base import AdapterRef, ScoreResult, distribution_from_logprobs, validate_adapters
+from scoring.labels import VLLM_MAX_LABELS
 
 if TYPE_CHECKING:
     from scoring.prompts import PromptRenderer
+
+logger = logging.getLogger(__name__)
+
+
+def label_chunks(label_ids: Sequence[int], size: int) -> list[list[int]]:
+    """The label ids in request-sized chunks (vLLM reports at most ``size`` requested logprobs)."""
+    if size < 1:
+        raise ValueError(f"a chunk holds at least one label id, not {size}")
+    ids = [int(t) for t in label_ids]
+    return [ids[i : i + size] for i in range(0, len(ids), size)] or [[]]
+
+
+def chunked_label_logprobs(outputs: Sequence[Any], chunks: Sequence[Sequence[int]], n_items: int) -> np.ndarray:
+    """Outputs of chunk-major requests (all of chunk 0's, adapter-major, then chunk 1's, ...) →
+    float32[K, N, C] with the chunks' label columns side by side, in label order."""
+    if len(outputs) % len(chunks):
+        raise ValueError(f"{len(outputs)} outputs do not split into {len(chunks)} label chunks")
+    per_chunk = len(outputs) // len(chunks)
+    parts = [
+        outputs_to_label_logprobs(outputs[c * per_chunk : (c + 1) * per_chunk], chunk, n_items)
+        for c, chunk in enumerate(chunks)
+    ]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+def engine_core_in_process() -> bool:
+    """Run vLLM's engine core in this process when this process may not start children: a Celery
+    prefork pool child is daemonic, and vLLM's default engine-core process would fail there with
+    "daemonic processes are not allowed to have children". VLLM_ENABLE_V1_MULTIPROCESSING set by
+    the deployment wins either way. Returns whether the core runs in-process."""
+    if "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ and multiprocessing.current_process().daemon:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        logger.info("vLLM engine core in-process: %s is daemonic", multiprocessing.current_process().name)
+    return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
 
 
 def build_requests(
@@ -115,6 +159,7 @@ class VLLMEngine:
         disable_log_stats: bool = True,
         seed: int = 0,
     ) -> None:
+        self.in_process = engine_core_in_process()  # before vLLM reads its environment
         from vllm import LLM
 
         self.enable_lora = enable_lora
@@ -147,12 +192,10 @@ class VLLMEngine:
         self.last_timings: dict[str, float] = {}
 
     def _sampling_params(self, label_ids: Sequence[int]) -> Any:
-        from scoring.labels import VLLM_MAX_LABELS
-
         if len(label_ids) > VLLM_MAX_LABELS:
             raise ValueError(
-                f"{len(label_ids)} labels: vLLM returns at most {VLLM_MAX_LABELS} label logprobs per request;"
-                " score this project with the hf engine"
+                f"{len(label_ids)} label ids in one request: vLLM returns at most {VLLM_MAX_LABELS}"
+                " (score() asks in chunks)"
             )
         from vllm import SamplingParams
 
@@ -181,11 +224,17 @@ class VLLMEngine:
         batch = renderer.render(texts)
         t1 = time.perf_counter()
         prompts, loras = build_requests(renderer.prefix_ids, batch.suffix_ids, adapters, LoRARequest)
-        params = self._sampling_params(renderer.label_token_ids)
+        chunks = label_chunks(renderer.label_token_ids, VLLM_MAX_LABELS)
+        per_chunk = [self._sampling_params(chunk) for chunk in chunks]
+        # One label chunk (≤ 128 labels, the common case): one SamplingParams for every request, as
+        # before; more: the requests repeat chunk-major, each with its chunk's (shared) params object.
+        params: Any = per_chunk[0] if len(chunks) == 1 else [sp for sp in per_chunk for _ in prompts]
         t2 = time.perf_counter()
-        outputs = self.llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
+        outputs = self.llm.generate(
+            prompts * len(chunks), params, lora_request=None if loras is None else loras * len(chunks), use_tqdm=False
+        )
         t3 = time.perf_counter()
-        logp = outputs_to_label_logprobs(outputs, renderer.label_token_ids, len(texts))
+        logp = chunked_label_logprobs(outputs, chunks, len(texts))
         p, mass = distribution_from_logprobs(logp)
         t4 = time.perf_counter()
         self.last_timings = {"render_s": t1 - t0, "build_s": t2 - t1, "generate_s": t3 - t2, "convert_s": t4 - t3}

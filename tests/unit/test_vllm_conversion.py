@@ -5,11 +5,20 @@ tests/integration/test_hf_engine.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from scoring.engines.base import AdapterRef, distribution_from_logprobs
-from scoring.engines.vllm import build_requests, outputs_to_label_logprobs, prefix_cache_counts
+from scoring.engines.vllm import (
+    build_requests,
+    chunked_label_logprobs,
+    engine_core_in_process,
+    label_chunks,
+    outputs_to_label_logprobs,
+    prefix_cache_counts,
+)
 from tests.vllm_fakes import FakeMetric, fake_output, fake_outputs
 
 K, N, C = 4, 50, 128  # a K=4 ensemble, a shard of 50 items, the most labels vLLM reports (VLLM_MAX_LABELS)
@@ -97,11 +106,66 @@ def test_prefix_cache_counts_reads_vllm_metrics() -> None:
     assert prefix_cache_counts(metrics) == (1000.0, 880.0)
 
 
-def test_vllm_refuses_more_labels_than_it_reports() -> None:
-    """vLLM returns at most 128 requested logprobs: a larger label set is a clear error before any
-    request is built (the hf engine takes up to MAX_LABELS)."""
+def test_one_request_never_asks_for_more_label_ids_than_vllm_reports() -> None:
+    """vLLM returns at most 128 requested logprobs per request: score() asks in chunks, and a request
+    built with more ids is a clear error before vLLM sees it."""
     from scoring.engines.vllm import VLLMEngine
 
     engine = VLLMEngine.__new__(VLLMEngine)  # no engine start: the check needs none
-    with pytest.raises(ValueError, match="151 labels: vLLM returns at most 128"):
+    with pytest.raises(ValueError, match="151 label ids in one request: vLLM returns at most 128"):
         engine._sampling_params(list(range(151)))
+
+
+def test_label_chunks_keep_label_order_within_the_limit() -> None:
+    assert label_chunks(list(range(151)), 128) == [list(range(128)), list(range(128, 151))]
+    assert label_chunks([5, 3], 128) == [[5, 3]]
+    assert label_chunks(list(range(256)), 128)[1][-1] == 255
+    with pytest.raises(ValueError, match="at least one label id"):
+        label_chunks([1], 0)
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_a_label_set_over_the_limit_joins_its_chunks_exactly(flat: bool) -> None:
+    """CLINC150's 151 labels: two requests per (adapter, item), chunk-major; the joined columns are
+    the full-vocabulary logprobs in label order, so p and the label mass are those of one request."""
+    rng = np.random.default_rng(5)
+    labels = 151
+    label_ids = [int(t) for t in rng.choice(VOCAB, size=labels, replace=False)]
+    p = rng.dirichlet(np.full(labels, 0.5), size=(2, 7))
+    logp = np.log(p) + np.log(rng.uniform(0.3, 1.0, size=(2, 7)))[..., None]
+    chunks = label_chunks(label_ids, 128)
+    outputs = [
+        out
+        for c, chunk in enumerate(chunks)
+        for out in fake_outputs(logp[..., c * 128 : c * 128 + len(chunk)], chunk, sampled=VOCAB - 1, flat=flat)
+    ]
+    joined = chunked_label_logprobs(outputs, chunks, 7)
+    np.testing.assert_array_equal(joined, logp.astype(np.float32))
+    p_joined, mass = distribution_from_logprobs(joined)
+    np.testing.assert_allclose(p_joined, p, atol=1e-5)
+    np.testing.assert_allclose(mass, np.exp(logp).sum(axis=-1), rtol=1e-5)
+    with pytest.raises(ValueError, match="do not split into 2 label chunks"):
+        chunked_label_logprobs(outputs[:-1], chunks, 7)
+
+
+def test_the_engine_core_runs_in_process_in_a_daemonic_worker() -> None:
+    """A Celery prefork child is daemonic; vLLM's engine-core process would be its child, which
+    multiprocessing forbids: the engine core must run in-process there, and only there."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    for daemon in (True, False):
+        proc = ctx.Process(target=_report_engine_core_mode, args=(results,), daemon=daemon)
+        proc.start()
+        proc.join(30)
+        assert proc.exitcode == 0
+    assert [results.get(timeout=5), results.get(timeout=5)] == [(True, "0"), (False, None)]
+
+
+def _report_engine_core_mode(results: Any) -> None:
+    import os
+
+    os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    in_process = engine_core_in_process()
+    results.put((in_process, os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")))

