@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -45,6 +46,7 @@ from devtools.live_server import PASSWORD, login_session  # noqa: E402
 TOKEN = "deployed-loop-token-0123456789abcdef"
 SAMPLE_SEED = 0  # annotate.simulation.harness.POOL_SAMPLE_SEED: the same sample as the simulation's
 _CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+_DEBUG_ERROR = re.compile(r'<title>(.*?)</title>|<pre class="exception_value">(.*?)</pre>', re.S)
 
 
 def log(message: str) -> None:
@@ -143,7 +145,13 @@ def upload(session: requests.Session, base: str, project: int, path: Path) -> No
             timeout=300,
         )
     if response.status_code >= 400 or "/import/" not in response.url:
-        raise RuntimeError(f"upload of {path.name} refused ({response.status_code}): {response.text[:2000]}")
+        raise RuntimeError(f"upload of {path.name} refused ({response.status_code}): {page_error(response.text)}")
+
+
+def page_error(text: str) -> str:
+    """The exception of Django's debug page (its title and value), else the start of the page."""
+    found = [" ".join((m.group(1) or m.group(2) or "").split()) for m in _DEBUG_ERROR.finditer(text)]
+    return " | ".join(found)[:2000] if found else text[:500]
 
 
 def wait_imports(deployment: Deployment, project: int, n: int, timeout: float) -> list[dict[str, Any]]:
@@ -174,7 +182,8 @@ class ProjectRun:
         a = self.args
         n_pool = write_split(self.data_dir / "train.csv", self.pool_csv, "train", a.pool_sample)
         n_test = write_split(self.data_dir / "test.csv", self.pool_csv.with_name("test.csv"), "test", a.test_sample)
-        knobs = {"test_set_size": n_test, **json.loads(a.knobs)}
+        # 0 until the test split is marked (mark_test_set): an import draws a test set of this size otherwise
+        knobs = {**json.loads(a.knobs), "test_set_size": 0}
         made = self.deployment.call(
             "devtools.deployed_project:create_project",
             name=f"{self.name} (deployed run)",
@@ -189,7 +198,9 @@ class ProjectRun:
 
     def import_data(self, ml: requests.Session) -> list[dict[str, Any]]:
         started = time.monotonic()
+        # one after the other: a second import into a project while one runs is refused ("try again")
         upload(ml, self.deployment.url, self.project, self.pool_csv)
+        wait_imports(self.deployment, self.project, 1, self.args.step_timeout)
         upload(ml, self.deployment.url, self.project, self.pool_csv.with_name("test.csv"))
         jobs = wait_imports(self.deployment, self.project, 2, self.args.step_timeout)
         marked = self.deployment.call("devtools.deployed_project:mark_test_set", project=self.project)
@@ -207,8 +218,8 @@ class ProjectRun:
         a, d = self.args, self.deployment
         gold = gold_by_text(self.pool_csv)
         while self.labels < a.labels or self.rounds < a.min_rounds:
-            if time.time() > stop_at:
-                self.outcome = f"deadline: {self.rounds} rounds, {self.labels} labels"
+            if time.time() > stop_at or (a.stop_file and Path(a.stop_file).exists()):
+                self.outcome = f"stopped by the deadline: {self.rounds} rounds, {self.labels} labels"
                 return
             t0 = time.time()
             response = api(d.url, TOKEN, "POST", f"/api/projects/{self.project}/rounds/")
@@ -271,8 +282,13 @@ def wait_for(path: str, timeout: float) -> None:
         time.sleep(2)
 
 
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(f"signal {signum}")  # `timeout` or a kill: the finally below stops the processes
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     a.out.mkdir(parents=True, exist_ok=True)
     a.work.mkdir(parents=True, exist_ok=True)
     stop_at = time.time() + a.deadline if a.deadline else float("inf")
@@ -295,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             "devtools.deployed_project:seed_accounts", annotators=annotators, token=TOKEN, password=PASSWORD
         )
         run["projects"] = {p.name: p.prepare() for p in projects}
-        deployment.start("web", bind=f"127.0.0.1:{deployment.port}")
-        deployment.start("worker", concurrency=a.cpu_concurrency, node=f"cpu-{deployment.tag}@%h")
+        cpu_env = json.loads(a.cpu_env)
+        deployment.start("web", env=cpu_env, bind=f"127.0.0.1:{deployment.port}")
+        deployment.start("worker", env=cpu_env, concurrency=a.cpu_concurrency, node=f"cpu-{deployment.tag}@%h")
         deployment.wait_web()
         run["t_web_ready"] = time.time() - t0
         ml = login_session(deployment.url, "ml")
@@ -319,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in projects:
             facts = deployment.call("devtools.deployed_project:round_facts", project=p.project)
             (a.out / f"facts-{p.name}.json").write_text(json.dumps(facts, indent=1))
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         run["error"] = f"{type(exc).__name__}: {exc}"[:4000]
         log(f"run failed: {run['error']}\n{traceback.format_exc()}")
     finally:
@@ -350,6 +367,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpu-workers", type=int, default=1)
     p.add_argument("--gpu-env", default="{}", help="JSON: the gpu workers' own environment")
     p.add_argument("--cpu-concurrency", type=int, default=2, help="the default queue worker's pool (compose: 2)")
+    p.add_argument(
+        "--cpu-env",
+        default='{"CUDA_VISIBLE_DEVICES": ""}',
+        help="JSON: the web's and the CPU worker's own environment (default: no GPU, as their compose containers)",
+    )
     p.add_argument("--loop-options", default='{"profile": "gpu"}', help="ALANN_LOOP_OPTIONS of every process")
     p.add_argument("--knobs", default="{}", help="JSON: project fields over the app's defaults")
     p.add_argument("--pool-sample", type=int, default=0, help="pool rows (0: the whole train split)")
@@ -362,6 +384,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-timeout", type=float, default=1200)
     p.add_argument("--step-timeout", type=float, default=900)
     p.add_argument("--deadline", type=float, default=0, help="seconds after which no new round starts (0: none)")
+    p.add_argument("--stop-file", default="", help="once this file exists, no project starts a new round")
     p.add_argument("--keep-running", action="store_true", help="leave the processes up (a later kill test)")
     a = p.parse_args(argv)
     if not a.model_dir:

