@@ -189,6 +189,12 @@ run)  # there, detached (started by stage, from $R): services, then the driver
     --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" $EXTRA
   echo "driver exit $?"; touch "$RUN/finished" ;;
 
+restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run
+  pkill -f deployed_loop.py; pkill -f "celery -A config"; pkill -f "gunicorn config.wsgi"; sleep 3
+  pkill -9 -f "celery -A config"; pkill -9 -f "gunicorn config.wsgi"; pkill -f "redis-server 127.0.0.1:6390"
+  su -s /bin/sh nobody -c "/tmp/gd-pg/site/pgserver/pginstall/bin/pg_ctl -D /tmp/gd-pg/data -m immediate stop"
+  [ -d "$RUN" ] && mv "$RUN" "$R/run-$(date +%H%M%S)" && say "earlier run set aside" ;;
+
 wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new round starts from now);
   # what it has written so far comes back under $OUT
   limit=${2:-540}; end=$(( $(date +%s) + limit ))

@@ -20,11 +20,13 @@ process, which multiprocessing forbids to have children) the engine core runs in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
+import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,6 +59,22 @@ def chunked_label_logprobs(outputs: Sequence[Any], chunks: Sequence[Sequence[int
         for c, chunk in enumerate(chunks)
     ]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+@contextlib.contextmanager
+def real_std_streams() -> Iterator[None]:
+    """vLLM reads ``sys.stdout.fileno()`` (suppress_stdout, while it sets up its process group); in a
+    Celery worker sys.stdout is a LoggingProxy without one. The process's real streams (a worker's
+    log) stand in while vLLM runs."""
+    saved = sys.stdout, sys.stderr
+    try:
+        sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def engine_core_in_process() -> bool:
@@ -160,13 +178,10 @@ class VLLMEngine:
         seed: int = 0,
     ) -> None:
         self.in_process = engine_core_in_process()  # before vLLM reads its environment
-        from vllm import LLM
-
         self.enable_lora = enable_lora
         self.max_model_len = max_model_len
-        self.llm = LLM(
-            model=model_dir,
-            tokenizer=model_dir,
+        self.llm = self._start(
+            model_dir,
             dtype=dtype,  # the checkpoint is bf16 (dequantized GGUF); fp32 would halve throughput for nothing
             seed=seed,
             # > the renderer's max_context (2048 by default; longer items are truncated before us), leaving
@@ -190,6 +205,12 @@ class VLLMEngine:
             disable_log_stats=disable_log_stats,  # False is required for get_metrics() (prefix-cache hit rate)
         )
         self.last_timings: dict[str, float] = {}
+
+    def _start(self, model_dir: str, **options: Any) -> Any:
+        from vllm import LLM
+
+        with real_std_streams():
+            return LLM(model=model_dir, tokenizer=model_dir, **options)
 
     def _sampling_params(self, label_ids: Sequence[int]) -> Any:
         if len(label_ids) > VLLM_MAX_LABELS:
@@ -230,9 +251,13 @@ class VLLMEngine:
         # before; more: the requests repeat chunk-major, each with its chunk's (shared) params object.
         params: Any = per_chunk[0] if len(chunks) == 1 else [sp for sp in per_chunk for _ in prompts]
         t2 = time.perf_counter()
-        outputs = self.llm.generate(
-            prompts * len(chunks), params, lora_request=None if loras is None else loras * len(chunks), use_tqdm=False
-        )
+        with real_std_streams():
+            outputs = self.llm.generate(
+                prompts * len(chunks),
+                params,
+                lora_request=None if loras is None else loras * len(chunks),
+                use_tqdm=False,
+            )
         t3 = time.perf_counter()
         logp = chunked_label_logprobs(outputs, chunks, len(texts))
         p, mass = distribution_from_logprobs(logp)
