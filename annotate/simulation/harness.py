@@ -15,9 +15,13 @@ Round 1 is the seed set (``seed_labels`` items, the cold-start round): a uniform
 every strategy of a seed under the default ``cold_mode`` "random", and always for the random strategy
 (annotate.services.planning.cold_mode); with ``cold_mode`` "typical" or "diversity" in the loop options
 the other strategies pick their own seed set, so their curves differ from random's from round 1 on
-(still paired by seed: the same pool, test set and seed). Later rounds add ``batch`` items picked by
-the strategy. The test split (test.csv) is imported as test items whose gold labels are their final
-labels: never selected (eligible_pool excludes test items), never trained on (labeled_items too).
+(still paired by seed: the same pool, test set and seed). The ``random-coldstart`` arm takes active's
+seed set (its cold rounds are requested as active's) and then random batches: the second random
+baseline, against which active's gain is the selection's own. Later rounds add ``batch`` items picked by
+the strategy. A job stops when a round finds the pool fully labelled (that round trains the final
+model from scratch and is recorded with ``pool_exhausted``). The test split (test.csv) is imported
+as test items whose gold labels are their final labels: never selected (eligible_pool excludes test
+items), never trained on (labeled_items too).
 """
 
 from __future__ import annotations
