@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from scoring.selection import NEEDS_SCORES, STRATEGIES
+from annotate.simulation.harness import ARMS
+from scoring.selection import NEEDS_SCORES
 from training.blend import GRID
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -61,7 +62,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     rounds = [r for r in records if r["strategy"] != "full-data"]
     assert sorted((r["strategy"], r["seed"], r["round"]) for r in rounds) == sorted(
-        (s, seed, n) for s in STRATEGIES for seed in (0, 1) for n in (1, 2)
+        (s, seed, n) for s in ARMS for seed in (0, 1) for n in (1, 2)
     )
     for r in rounds:
         assert set(r) >= ROUND_KEYS, ROUND_KEYS - set(r)
@@ -74,7 +75,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         assert {"top_layers", "min_steps", "packed", "lr"} <= set(r["config"]["train"]) and r["config"]["k"] == 1
         assert r["config"]["selection"]["random_share"] == 0.15  # the project default
         assert r["config"]["selection"]["committee"] == "members"  # (the report names any other)
-    for strategy in STRATEGIES:
+    for strategy in ARMS:
         for seed in (0, 1):
             first, second = (
                 next(r for r in rounds if (r["strategy"], r["seed"], r["round"]) == (strategy, seed, n)) for n in (1, 2)
@@ -117,7 +118,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    named = [s if s == "random" else f"{s}+typical" for s in STRATEGIES]  # a typical start is its own curve
+    named = [s if s == "random" else f"{s}+typical" for s in ARMS]  # a typical start is its own curve
     assert all(f"| tiny | {name} | 2 |" in report for name in named), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss
     # The blend's per-weight counts replay the recorded predictor exactly (bench/blend_rules.py).
@@ -125,14 +126,14 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     import blend_rules
 
     by_job = blend_rules.jobs(records)
-    assert len(by_job) == 2 * len(STRATEGIES)
+    assert len(by_job) == 2 * len(ARMS)
     for job_rounds in by_job.values():
         default = blend_rules.replay(job_rounds, blend_rules.RULES[blend_rules.DEFAULT])
         alone = blend_rules.replay(job_rounds, blend_rules.RULES["adapters alone (w = 1)"])
         for r, (_, w, acc), (_, _, acc_llm) in zip(job_rounds, default, alone, strict=True):
             assert w == r["blend"]["weight"] and acc == pytest.approx(100 * r["accuracy"])
             assert acc_llm == pytest.approx(100 * r["blend"]["accuracy_llm"])
-    n_rounds = 2 * 2 * len(STRATEGIES)
+    n_rounds = 2 * 2 * len(ARMS)
     assert f"the default rule gives the recorded weight in {n_rounds} of {n_rounds} rounds" in blend_rules.tables(
         records
     )
