@@ -101,6 +101,23 @@ def test_nothing_eligible_while_items_are_with_annotators_is_not_the_pool_end(sm
     assert "the unlabelled pool items left (1) are still with annotators" in third.failure_reason
 
 
+@pytest.mark.data
+def test_a_requested_final_model_selects_nothing_and_retrains_from_scratch(small_pool: Any) -> None:
+    project = small_pool
+    with pytest.raises(RoundError, match="no labels yet"):
+        round_request_final(project=project, user=None, run_here=True)
+    first = _full_round(project)
+    final = round_run_sync(round_id=round_request_final(project=project, user=None, run_here=True).id)
+    assert final.status == "done" and final.final_requested and not final.pool_exhausted, final.failure_reason
+    assert final.strategy == "final-model" and not BatchItem.objects.filter(round=final).exists()
+    assert final.training_mode == "scratch" and final.metrics["labels"] == first.metrics["labels"] == 8
+    assert not AdapterVersion.objects.filter(round=final, arm="prod", warm_from__isnull=False).exists()
+    # Not the pool's end: the loop goes on, warm-starting from the final model's adapters.
+    after = _full_round(project)
+    assert after.status == "done" and after.training_mode == "warm" and after.metrics["labels"] == 16
+    assert AdapterVersion.objects.get(round=after, arm="prod", k=0).warm_from.round_id == final.id  # type: ignore[union-attr]
+
+
 def test_the_simulation_stops_cleanly_when_the_pool_is_labelled(tiny_llama_dir: Path, tmp_path: Path) -> None:
     """60 pool items, a seed set of 20 and batches of 20: rounds 1-3 label the pool, round 4 finds it
     labelled and trains the final model; the command returns (exit 0) with every round recorded. The
