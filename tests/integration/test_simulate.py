@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from annotate.simulation.harness import ARMS
 from scoring.selection import NEEDS_SCORES
 from training.blend import GRID
 
@@ -38,6 +37,8 @@ def write_data(folder: Path) -> None:
 
 
 def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from annotate.simulation.harness import ARMS  # every production strategy and random-coldstart
+
     write_data(tmp_path / "tiny")
     out, plots = tmp_path / "out", tmp_path / "plots"
     faiss_before = "faiss" in sys.modules
@@ -180,3 +181,33 @@ def test_the_default_shape_is_a_new_projects() -> None:
     assert seed_labels(opts) == project.batch_size * project.cold_start_batches == 100
     assert seed_labels(vars(parser.parse_args(["--batch", "25"]))) == 50  # the cold start follows B
     assert seed_labels(vars(parser.parse_args(["--batch", "25", "--seed-labels", "300"]))) == 300
+
+
+def test_a_pool_labelled_to_its_end_stops_the_job_cleanly(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """Issue 33: a 60-item pool, a seed set of 20 and batches of 20 under a round budget of 6. Rounds 1-3
+    label the pool; round 4 finds nothing left, trains the final model and is recorded; the job stops
+    there and the command returns (before, round 4 failed and the command ended "1 jobs failed")."""
+    write_data(tmp_path / "tiny")
+    out = tmp_path / "out"
+    call_command(
+        "simulate",
+        "--data", str(tmp_path / "tiny"),
+        "--strategy", "active",
+        "--seeds", "1",
+        "--rounds", "6",
+        "--batch", "20",
+        "--seed-labels", "20",
+        "--k", "1",
+        "--model", str(tiny_llama_dir),
+        "--mass-threshold", "0",
+        "--loop-options", json.dumps({"max_context": 128, "train": {"max_steps": 2, "batch_size": 4}}),
+        "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["labels"], r["batch"], r.get("pool_exhausted")) for r in records] == [
+        (1, 20, 20, False),
+        (2, 40, 20, False),
+        (3, 60, 20, False),
+        (4, 60, 0, True),
+    ]
