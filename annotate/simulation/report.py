@@ -68,21 +68,27 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+SHAPE_TAGS = ("B", "S", "C")  # run_shape's fields in a report name: batch size, seed set, consolidation
+
+
 def named_by_shape(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Where the records of one data set were made at more than one batch size B or seed-set size
-    (the records' ``batch_size`` / ``seed_labels``, run_shape), each shape is its own data set,
-    "<data>-B<B>" (and "-S<seed set>" where seed sets differ): its curves are paired with random's
+    """Where the records of one data set were made at more than one batch size B, seed-set size or
+    consolidation period (the records' ``batch_size`` / ``seed_labels`` / ``config.consolidate_every``,
+    run_shape), each shape is its own data set, "<data>-B<B>" (and "-S<seed set>" where seed sets
+    differ, "-C<N>" where the consolidation differs: a sweep of it): its curves are paired with random's
     of the same shape and never averaged with another's. One shape (or none recorded): names unchanged."""
-    shapes: dict[str, set[tuple[int | None, int | None]]] = {}
+    shapes: dict[str, set[tuple[int | None, ...]]] = {}
     for r in records:
         shapes.setdefault(str(r.get("data")), set()).add(run_shape(r))
     out = []
     for r in records:
         seen = shapes[str(r.get("data"))]
-        b, s0 = run_shape(r)
-        # a record that names no B (or seed set) counts for neither: it keeps the plain name
-        mixed_b, mixed_s = (len({x[i] for x in seen} - {None}) > 1 for i in (0, 1))
-        suffix = (f"-B{b}" if mixed_b and b is not None else "") + (f"-S{s0}" if mixed_s and s0 is not None else "")
+        # a record that names no B (or seed set...) counts for neither: it keeps the plain name
+        suffix = "".join(
+            f"-{tag}{value}"
+            for i, (tag, value) in enumerate(zip(SHAPE_TAGS, run_shape(r), strict=True))
+            if value is not None and len({x[i] for x in seen} - {None}) > 1
+        )
         out.append({**r, "data": f"{r['data']}{suffix}"} if suffix else r)
     return out
 
@@ -90,20 +96,23 @@ def named_by_shape(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def source_set(name: str) -> str:
     """The data set's own name (its folder under the data directory) from a report name: "trec" from
     "trec-B50-S50" (named_by_shape)."""
-    return re.sub(r"(-B\d+)?(-S\d+)?$", "", name)
+    return re.sub(r"(-B\d+)?(-S\d+)?(-C\d+)?$", "", name)
 
 
-def run_shape(record: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(B, seed-set size) a record's run was made at: the simulation's ``batch_size`` and
-    ``seed_labels``, or the cheap learner's (bench/proxy_sim.py) ``loop_options``; None where not
-    recorded (records of the cheap learner before session 12 name no seed set)."""
+def run_shape(record: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """(B, seed-set size, consolidation period) a record's run was made at: the simulation's
+    ``batch_size``, ``seed_labels`` and resolved ``config.consolidate_every``, or the cheap learner's
+    (bench/proxy_sim.py) ``loop_options``; None where not recorded (records of the cheap learner before
+    session 12 name no seed set; records before issue 33 no consolidation, which was off)."""
     options = record.get("loop_options") or {}
     b = record.get("batch_size", options.get("batch"))
     s0 = record.get("seed_labels", options.get("seed_labels"))
-    return (
-        int(b) if isinstance(b, int | float) else None,
-        int(s0) if isinstance(s0, int | float) else None,
-    )
+    every = (record.get("config") or {}).get("consolidate_every")
+    return _int_or_none(b), _int_or_none(s0), _int_or_none(every)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
@@ -762,13 +771,14 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
     """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
-    that strategy's records of every data set; DATA "trec-B50" or "trec-B50-S50": only the records
-    of that run shape, named_by_shape)."""
+    that strategy's records of every data set; DATA "trec-B50", "trec-B50-S50" or "trec-C3": only the
+    records of that run shape, named_by_shape)."""
+    shape = run_shape(record)
     for entry in drop:
         scope, _, commit = entry.partition("@")
         data, _, strategy = scope.rpartition("/")
-        b, s0 = (re.search(rf"-{k}(\d+)(?=-|$)", data) for k in "BS")
-        if (b and run_shape(record)[0] != int(b.group(1))) or (s0 and run_shape(record)[1] != int(s0.group(1))):
+        wanted = [re.search(rf"-{tag}(\d+)(?=-|$)", data) for tag in SHAPE_TAGS]
+        if any(m and shape[i] != int(m.group(1)) for i, m in enumerate(wanted)):
             continue
         if (
             (not data or data_key(str(record.get("data", ""))) == data_key(data))

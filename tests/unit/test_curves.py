@@ -366,3 +366,29 @@ def test_the_gain_is_reported_against_both_random_baselines(tmp_path: Path) -> N
     (alone,) = paired_rows(selected_records([tmp_path], []), [])
     assert (alone["delta_auc"], alone["delta_auc_selection"]) == ("6.5±1.4", "–")
     assert seed_set_peer("active") == "random" and seed_set_peer("active+typical+β2") == "random-coldstart+typical"
+
+
+def test_a_consolidation_sweep_is_one_data_set_per_period_paired_within(tmp_path: Path) -> None:
+    """Records of one set with loop option consolidate_every 0 and 3 (a sweep, two inputs) are two data
+    sets, "<data>-C0" and "<data>-C3", each strategy paired with random of the same period; records
+    made before the option (no value) keep the plain name, as one period alone does."""
+    import json
+
+    from annotate.simulation.report import paired_rows, selected_records, source_set
+
+    def rec(strategy: str, labels: int, acc: float, every: int | None) -> dict[str, object]:
+        config = {} if every is None else {"config": {"consolidate_every": every}}
+        return {"data": "trec", "strategy": strategy, "seed": 0, "labels": labels, "accuracy": acc} | config
+
+    for every, active_end in ((0, 0.70), (3, 0.62)):
+        rows = [rec("random", 100, 0.5, every), rec("random", 200, 0.6, every),
+                rec("active", 100, 0.5, every), rec("active", 200, active_end, every)]  # fmt: skip
+        (tmp_path / f"c{every}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    both = selected_records([tmp_path / "c0.jsonl", tmp_path / "c3.jsonl"], [])
+    assert len(both) == 8 and {r["data"] for r in both} == {"trec-C0", "trec-C3"}
+    paired = {r["data"]: r["per_seed"] for r in paired_rows(both, [])}
+    assert paired == {"trec-C0": "0: +5.0", "trec-C3": "0: +1.0"}
+    assert {r["data"] for r in selected_records([tmp_path / "c3.jsonl"], [])} == {"trec"}
+    kept = selected_records([tmp_path / "c0.jsonl", tmp_path / "c3.jsonl"], ["trec-C3/active@"])
+    assert {r["data"] for r in kept if r["strategy"] == "active"} == {"trec-C0"}
+    assert source_set("trec-B50-S100-C3") == "trec"
