@@ -58,6 +58,8 @@ def round_json(row: Round) -> dict[str, Any]:
         "status": row.status,
         "failure_reason": row.failure_reason,
         "strategy": row.strategy,
+        "pool_exhausted": row.pool_exhausted,  # the pool's end: no batch, the final model, the last round
+        "training_mode": row.training_mode,  # "warm" or "scratch" once its training plan is fixed
         "progress": {
             "items_to_score": row.items_to_score,
             "items_scored": row.items_scored,

@@ -108,6 +108,10 @@ class LoopOptions:
     # "members" (default: the K adapters and the proxy as K + 1 equal members) or "blend" (the round's
     # predictor, the adapters and the proxy at the blend weight the last evaluation fitted).
     committee: str
+    # Retrain the prod members from scratch every N rounds (training.ensemble.prod_training_mode; 0, the
+    # default: warm starts throughout, as measured so far). The pool's end and a requested final model
+    # always retrain from scratch, whatever N.
+    consolidate_every: int
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...]  # passed to the engine, e.g. gpu_memory_utilization
 
@@ -156,6 +160,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         blend=_blend_mode(raw),
         softrank_beta=_softrank_beta(raw),
         committee=_committee(raw),
+        consolidate_every=_non_negative(raw, "consolidate_every", 0),
         train=train_config({**base.get("train", {}), **raw.get("train", {})}),
         engine_options=_engine_options(raw),
     )
@@ -288,6 +293,7 @@ def loop_config(project: Project) -> LoopConfig:
         engine_options=opts.engine_options,
         arms=opts.arms,
         blend=opts.blend,
+        consolidate_every=opts.consolidate_every,
     )
 
 

@@ -183,7 +183,13 @@ class Round(models.Model):
 
         pending → scoring → selecting → labeling → training → evaluating → done      (any active → failed)
         pending → selecting             (cold-start, random and kcenter-only rounds: nothing to score)
+        selecting → training            (nothing left to select, ``pool_exhausted``, or a final-model
+                                         round: no batch, the K adapters retrained from scratch on every label)
     """
+
+    class TrainingMode(models.TextChoices):
+        WARM = "warm"  # each prod member continued from the previous round's member k
+        SCRATCH = "scratch"  # fresh adapters on every label: the model is a function of the labelled set
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -206,7 +212,7 @@ class Round(models.Model):
     TRANSITIONS: dict[str, frozenset[str]] = {
         Status.PENDING: frozenset({Status.SCORING, Status.SELECTING}),
         Status.SCORING: frozenset({Status.SELECTING}),
-        Status.SELECTING: frozenset({Status.LABELING}),
+        Status.SELECTING: frozenset({Status.LABELING, Status.TRAINING}),
         Status.LABELING: frozenset({Status.TRAINING}),
         Status.TRAINING: frozenset({Status.EVALUATING}),
         Status.EVALUATING: frozenset({Status.DONE}),
@@ -225,6 +231,13 @@ class Round(models.Model):
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)  # adapters that scored this round
     retrain_requested = models.BooleanField(default=False)
+    # Selection found no pool item left: the round labelled nothing, trained the final model (from
+    # scratch) and is the project's last until more items are imported. A success, not a failure.
+    pool_exhausted = models.BooleanField(default=False)
+    # A user asked for the final model: the round selects nothing and retrains from scratch.
+    final_requested = models.BooleanField(default=False)
+    # How the round's prod members were trained, fixed with its training plan ("" before that).
+    training_mode = models.CharField(max_length=8, choices=TrainingMode.choices, blank=True)
     # The round's full effective configuration, resolved once when it was requested
     # (annotate.loopconfig.freeze_config: profile, prompt, model, engine and its options, K, selection,
     # rescoring, training) and read by every process that works on it; its sha256 beside it.

@@ -47,6 +47,7 @@ urlpatterns = [
     path("p/<int:project_id>/ml/rounds/", ml.ml_rounds, name="ml_rounds"),
     path("p/<int:project_id>/ml/rounds/start/", ml.ml_round_start, name="ml_round_start"),
     path("p/<int:project_id>/ml/rounds/retrain/", ml.ml_round_retrain, name="ml_round_retrain"),
+    path("p/<int:project_id>/ml/rounds/final/", ml.ml_round_final, name="ml_round_final"),
     # Auto-labelling (ml), dead letters (leads), the final dataset
     path("p/<int:project_id>/ml/autolabel/", autolabel.autolabel_home, name="autolabel_home"),
     path("p/<int:project_id>/ml/autolabel/status/", autolabel.autolabel_status, name="autolabel_status"),

@@ -40,6 +40,9 @@ class LoopConfig:
     engine_options: tuple[tuple[str, Any], ...] = field(default=())
     arms: bool = True  # train the in-round active / random comparison arms
     blend: str = "auto"  # the predictor: adapters + proxy at a held-out weight ("auto") or adapters alone ("off")
+    # Consolidation: the prod members are retrained from scratch every N rounds (0: never, warm starts
+    # throughout). Warm starts trained a fixed number of steps carry the order labels arrived in (issue 33).
+    consolidate_every: int = 0
 
 
 ARM_SEED_OFFSET = {"prod": 0, "scratch": 100, "active": 200, "random": 300}
@@ -52,6 +55,19 @@ def member_seed(round_seed: int, arm: Arm, k: int) -> int:
 
 def is_scratch_round(number: int, scratch_every: int) -> bool:
     return scratch_every > 0 and number > 1 and number % scratch_every == 0
+
+
+TrainingMode = Literal["warm", "scratch"]
+
+
+def prod_training_mode(*, number: int, consolidate_every: int, final: bool, has_previous: bool) -> TrainingMode:
+    """How round ``number`` trains its prod members: from scratch when there is nothing to start from,
+    for the final model (the pool is exhausted, or a user asked for it) and every ``consolidate_every``
+    rounds; otherwise each member continues from the previous round's (warm start). A from-scratch
+    model depends on the labelled set alone, not on the path the labels arrived by."""
+    if final or not has_previous or is_scratch_round(number, consolidate_every):
+        return "scratch"
+    return "warm"
 
 
 def make_engine(config: LoopConfig) -> Engine:

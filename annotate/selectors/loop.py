@@ -52,18 +52,21 @@ def label_index(*, project: Project) -> dict[int, int]:
     return {label_id: i for i, label_id in enumerate(ids)}
 
 
+def unlabelled_pool(*, project: Project) -> QuerySet[Item]:
+    """Pool items still without a final label: not test, in the pool (not review / unlabelable), not
+    in the gold set. Nothing here: the pool is fully labelled."""
+    return Item.objects.filter(project=project, is_test=False, state=Item.State.POOL, final_label__isnull=True).exclude(
+        Exists(GoldItem.objects.filter(item=OuterRef("pk")))
+    )
+
+
 def eligible_pool(*, project: Project, now: datetime | None = None) -> QuerySet[Item]:
-    """Items selection may pick: not test, in the pool (not review / unlabelable), no final label, no
-    annotation yet (an open disagreement is the leads'), not leased to anyone right now."""
+    """Items selection may pick: the unlabelled pool less items with an annotation already (an open
+    disagreement is the leads') or leased to anyone right now."""
     now = now or timezone.now()
     live_lease = Lease.objects.filter(item=OuterRef("pk"), expires_at__gt=now)
     annotated = Annotation.objects.filter(item=OuterRef("pk"))
-    return (
-        Item.objects.filter(project=project, is_test=False, state=Item.State.POOL, final_label__isnull=True)
-        .exclude(Exists(live_lease))
-        .exclude(Exists(annotated))
-        .exclude(Exists(GoldItem.objects.filter(item=OuterRef("pk"))))
-    )
+    return unlabelled_pool(project=project).exclude(Exists(live_lease)).exclude(Exists(annotated))
 
 
 def eligible_ids(*, project: Project, now: datetime | None = None) -> np.ndarray:

@@ -64,6 +64,7 @@ class RoundView:
     cost: list[tuple[str, str]] = field(default_factory=list)
     config: list[tuple[str, str]] = field(default_factory=list)  # the frozen configuration, in words
     config_changed: bool = False  # its fingerprint differs from the round before's
+    training: str = ""  # how its prod members were trained (warm start or from scratch, and why)
 
 
 def _elapsed(row: Round, now: datetime) -> float:
@@ -243,12 +244,33 @@ def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[Rou
         view.metrics = metric_lines(row.metrics or {})
         view.cost = cost_lines(row.cost or {})
         view.config = config_lines(row.config or {})
+        view.training = training_sentence(row)
         views.append(view)
     by_number = {v.row.number: v.row.config_fingerprint for v in views}
     for view in views:
         before = by_number.get(view.row.number - 1)
         view.config_changed = bool(before and view.row.config_fingerprint and before != view.row.config_fingerprint)
     return views
+
+
+def training_sentence(row: Round) -> str:
+    """How the round trained its prod members, and why from scratch when it did ("" before its plan)."""
+    from training.ensemble import is_scratch_round
+
+    if row.training_mode == Round.TrainingMode.WARM:
+        return "warm start: each adapter went on from the previous round's"
+    if row.training_mode != Round.TrainingMode.SCRATCH:
+        return ""
+    every = int(((row.config or {}).get("loop") or {}).get("consolidate_every") or 0)
+    if row.pool_exhausted:
+        why = "the final model, the pool being fully labelled"
+    elif row.final_requested:
+        why = "the final model, as asked"
+    elif is_scratch_round(row.number, every):
+        why = f"consolidation, every {every} rounds"
+    else:
+        why = "the first adapters"
+    return f"trained from scratch on every label: {why}"
 
 
 def config_lines(frozen: dict[str, Any]) -> list[tuple[str, str]]:
@@ -270,7 +292,8 @@ def config_lines(frozen: dict[str, Any]) -> list[tuple[str, str]]:
             "Training",
             f"{steps} steps of {train.get('batch_size')}, lr {train.get('lr')}, "
             + (f"LoRA in the last {layers} layers" if layers else "LoRA in every layer")
-            + f", rank {train.get('rank')}",
+            + f", rank {train.get('rank')}"
+            + (f"; from scratch every {loop['consolidate_every']} rounds" if loop.get("consolidate_every") else ""),
         ),
         (
             "Selection",

@@ -44,6 +44,34 @@ def any_round_active(*, project: Project) -> bool:
     return Round.objects.filter(project=project, status__in=Round.ACTIVE_STATUSES).exists()
 
 
+def pool_end_round(*, project: Project) -> Round | None:
+    """The finished round that found the pool fully labelled (``Round.pool_exhausted``), while nothing
+    new is eligible since: no further round can select anything. None otherwise (also once more items
+    are imported)."""
+    from annotate.selectors.loop import eligible_pool
+
+    last = Round.objects.filter(project=project, status=Round.Status.DONE).order_by("-number").first()
+    if last is None or not last.pool_exhausted or eligible_pool(project=project).exists():
+        return None
+    return last
+
+
+def pool_end_sentence(row: Round) -> str:
+    """Why no round can start after the pool's end, and what to do instead (the refusal's message)."""
+    labels = (row.metrics or {}).get("labels")
+    on = f" on all {int(labels)} labels" if isinstance(labels, int | float) else ""
+    return (
+        f"the pool is fully labelled: round {row.number} found nothing left to select and trained the final"
+        f" model from scratch{on}. Import more items to go on, or auto-label and export"
+    )
+
+
+def in_review(*, project: Project) -> int:
+    """Pool items in the leads' review bucket (never selected until a lead returns them)."""
+    items = Item.objects.filter(project=project, is_test=False, state=Item.State.REVIEW, final_label__isnull=True)
+    return items.count()
+
+
 def test_set_status(*, project: Project) -> TestSetStatus:
     test = Item.objects.filter(project=project, is_test=True)
     return TestSetStatus(size=test.count(), labelled=test.filter(final_label__isnull=False).count())

@@ -1,5 +1,6 @@
 """The plan step of a round (pending → scoring, or pending → selecting): cold start or not, and for a
-round that reads scores, its candidates (written once to candidates.npy) and one ScoreShard per shard.
+round that reads scores (with something left to pick, and not a final-model round), its candidates
+(written once to candidates.npy) and one ScoreShard per shard.
 
 Shards split the round's candidates by ``sha1(item id) % n_shards`` (training.pipeline.shard_of), so any
 number of gpu workers share a pool without coordination.
@@ -43,6 +44,10 @@ def round_plan(*, round_id: int) -> Round:
 
 
 def _plan(row: Round) -> None:
+    if row.final_requested or not loop_sel.eligible_pool(project=row.project).exists():
+        # nothing to score: selection ends the pool (or fails, saying why) or trains the final model
+        round_transition(row.id, S.PENDING, S.SELECTING)
+        return
     cold = is_cold(row)
     if cold:
         metrics = {**(row.metrics or {}), "cold_mode": cold_mode(row)}

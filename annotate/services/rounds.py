@@ -4,6 +4,10 @@ order of a round's steps.
     pending  ─plan→  scoring  ─score every shard→  selecting  ─select→  labeling  ─(request)→  training
     ─train plan, then every adapter→  evaluating  ─evaluate→  done                 (any active → failed)
 
+A round whose selection finds the pool fully labelled goes selecting → training with no batch
+(``pool_exhausted``: the final model, from scratch; the project's last round until more items are
+imported), as does a requested final-model round (``round_request_final``).
+
 ``round_advance(round_id)`` reads the database and dispatches exactly the units of work the round is
 missing in its status, after moving it on where a join is complete (every shard scored → selecting;
 every planned adapter trained → evaluating). Every task calls it after its step (annotate/tasks.py);
@@ -38,6 +42,7 @@ from django.utils import timezone
 from annotate.loopconfig import config_fingerprint, freeze_config
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
+from annotate.selectors import rounds as rounds_sel
 from annotate.services import claims, evaluation, planning, scoring, selection, training
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
@@ -55,6 +60,7 @@ __all__ = [
     "driving",
     "maybe_auto_retrain",
     "round_advance",
+    "round_request_final",
     "round_request_retrain",
     "round_request_start",
     "round_resume",
@@ -79,15 +85,35 @@ def check_strategy(strategy: str) -> str:
 
 def round_request_start(*, project: Project, user: Any, strategy: str = "active", run_here: bool = False) -> Round:
     """Create the next round (pending) with its selection strategy and dispatch its first step.
-    Refused while another is active; an unknown strategy is refused before anything is written.
-    ``run_here``: this process drives the round (``round_run_sync``): it is created with its drive
-    claim held here, in the same transaction, and nothing goes to the workers."""
+    Refused while another is active, and once the pool is fully labelled (until more is imported); an
+    unknown strategy is refused before anything is written. ``run_here``: this process drives the
+    round (``round_run_sync``): it is created with its drive claim held here, in the same
+    transaction, and nothing goes to the workers."""
     check_strategy(strategy)
+    return _request_round(project=project, user=user, strategy=strategy, run_here=run_here)
+
+
+def round_request_final(*, project: Project, user: Any, run_here: bool = False) -> Round:
+    """A final-model round: it selects nothing and retrains the K adapters from scratch on every label
+    (so the model depends on the labelled set, not on the order it arrived in), then evaluates.
+    Refused while another round is active, before any label, and once the pool's end trained one."""
+    if not Item.objects.filter(project=project, is_test=False, final_label__isnull=False).exists():
+        raise RoundError("no labels yet: label a batch before asking for the final model")
+    return _request_round(project=project, user=user, strategy=FINAL_STRATEGY, run_here=run_here, final=True)
+
+
+FINAL_STRATEGY = "final-model"  # Round.strategy of a requested final-model round (it selects nothing)
+
+
+def _request_round(*, project: Project, user: Any, strategy: str, run_here: bool, final: bool = False) -> Round:
     try:
         with transaction.atomic():
             active = Round.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("-number").first()
             if active is not None:
                 raise RoundError(f"round {active.number} is still {active.status}; wait until it is done")
+            ended = rounds_sel.pool_end_round(project=project)
+            if ended is not None:
+                raise RoundError(rounds_sel.pool_end_sentence(ended))
             number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
             frozen = _frozen_config(project, number)
             new = Round.objects.create(
@@ -99,6 +125,7 @@ def round_request_start(*, project: Project, user: Any, strategy: str = "active"
                 requested_by=user,
                 seed=project.seed + number,
                 strategy=strategy,
+                final_requested=final,
             )
             if run_here:
                 _take_drive(claims.work_rows(new.id, K.DRIVE), holder=None)

@@ -41,11 +41,14 @@ def _select(row: Round) -> None:
     if BatchItem.objects.filter(round=row).exists():  # a replay after the rows committed
         round_transition(row.id, S.SELECTING, S.LABELING)
         return
+    if row.final_requested:  # a final-model round labels nothing: straight to training, from scratch
+        round_transition(row.id, S.SELECTING, S.TRAINING, train_steps_total=0, train_steps_done=0)
+        return
     started = time.perf_counter()
     chosen = choose_batch(round=row)
     testhooks.stall("select", row.number)
     if not chosen:
-        round_fail(round_id=row.id, reason="no eligible pool items left to select")
+        _nothing_chosen(row)
         return
     with transaction.atomic():
         BatchItem.objects.bulk_create(
@@ -58,6 +61,26 @@ def _select(row: Round) -> None:
         batch_overlap_apply(round=row)  # the overlap share of the batch needs k distinct annotators
         round_transition(row.id, S.SELECTING, S.LABELING)
     add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
+
+
+def _nothing_chosen(row: Round) -> None:
+    """No batch. Every pool item labelled (the ones in the leads' review bucket aside) is the pool's
+    end, a success: the round trains the final model from scratch on every label and is marked
+    ``pool_exhausted``. Anything else that leaves nothing to pick is a failure that says what waits."""
+    project = row.project
+    if loop_sel.eligible_pool(project=project).exists():
+        reason = "no scored candidate was eligible (low label mass sent them to review); start the round again"
+    elif busy := loop_sel.unlabelled_pool(project=project).count():
+        reason = (
+            f"nothing to select: the unlabelled pool items left ({busy}) are still with annotators (leased, or"
+            " waiting for another annotator's label); start the round once they are finished"
+        )
+    elif not Item.objects.filter(project=project, is_test=False, final_label__isnull=False).exists():
+        reason = "the pool is empty: import items first"
+    else:
+        round_transition(row.id, S.SELECTING, S.TRAINING, pool_exhausted=True, train_steps_total=0, train_steps_done=0)
+        return
+    round_fail(round_id=row.id, reason=reason)
 
 
 def batch_overlap_apply(*, round: Round) -> int:
@@ -152,6 +175,8 @@ def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
     config = round_config(round)
     cold = round.strategy == "cold-start"
     ids, u, mean_p = loop_sel.eligible_ids(project=round.project), None, None
+    if len(ids) == 0:  # the planner scored nothing either (planning._plan): nothing to pick from
+        return []
     if not cold and round.strategy in NEEDS_SCORES:
         ids, u, mean_p = _eligible_scored(round, config, ids)
     if len(ids) == 0:

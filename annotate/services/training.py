@@ -2,9 +2,10 @@
 
 The plan (``training_plan_run``, the round's ``train_plan`` unit, run by a worker — never inside an
 annotator's request) reads every label once and writes ``train_plan.json``: K prod members warm-started
-from the previous round's member k, a from-scratch member every R rounds (compared with the warm
-one), and the equal-size active / random arms. Labels revised later cannot make a resumed member
-differ from an uninterrupted one.
+from the previous round's member k — or from scratch (``Round.training_mode``: the first adapters, a
+consolidation round every N, the pool's end, a requested final model) — a from-scratch comparison
+member every R rounds (compared with the warm one), and the equal-size active / random arms. Labels
+revised later cannot make a resumed member differ from an uninterrupted one.
 
 Each adapter (``train_adapter_run``, task ``annotate.gpu.train_adapter``) is a ``train`` unit with key
 "arm:k", claimed by one live worker: a second worker, a duplicated message or a restart never trains
@@ -45,15 +46,16 @@ from training.ensemble import LoopConfig
 from training.lora import ADAPTER_CONFIG
 
 
-def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig) -> Plan:
+def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig, *, mode: str) -> Plan:
     """What each adapter of this round trains on: K prod members on every label, a from-scratch
-    member every R rounds, and the equal-size active / random arms."""
+    comparison member every R rounds (unless the prod members are trained from scratch themselves:
+    ``mode``), and the equal-size active / random arms."""
     pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
     plan: Plan = {f"prod:{i}": pairs for i in range(config.k)}
     # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
     if not config.arms:
         return plan
-    if ensemble.is_scratch_round(row.number, row.project.scratch_every):
+    if mode == Round.TrainingMode.WARM and ensemble.is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
     for arm, positions in ensemble.arm_training_sets(labeled.sources, pipeline.step_rng(row.seed, "arms")).items():
         plan[f"{arm}:0"] = [pairs[i] for i in positions]
@@ -77,10 +79,22 @@ def _write_plan(row: Round) -> None:
     if has_plan(row):
         return
     config = round_config(row)
-    plan = train_plan(row, loop_sel.labeled_items(project=row.project), config)
+    mode = training_mode(row, config)
+    plan = train_plan(row, loop_sel.labeled_items(project=row.project), config, mode=mode)
     steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
-    Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0)
-    write_plan(row, plan)  # last: the plan's existence says the totals are set
+    Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0, training_mode=mode)
+    write_plan(row, plan)  # last: the plan's existence says the totals and the mode are set
+
+
+def training_mode(row: Round, config: ensemble.LoopConfig) -> str:
+    """Warm start or from scratch for the round's prod members (training.ensemble.prod_training_mode):
+    fixed once with the plan, so a resumed member trains as an uninterrupted one would have."""
+    return ensemble.prod_training_mode(
+        number=row.number,
+        consolidate_every=config.consolidate_every,
+        final=row.pool_exhausted or row.final_requested,
+        has_previous=bool(loop_sel.prod_adapters(project=row.project, before_number=row.number)),
+    )
 
 
 def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
@@ -157,7 +171,8 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
     ids = [int(p[0]) for p in pairs]
     texts = dict(Item.objects.filter(id__in=ids).values_list("id", "text"))
     warm = None
-    if arm == AdapterVersion.Arm.PROD:
+    # A round planned before its mode was recorded ("") trained warm, as every round did then.
+    if arm == AdapterVersion.Arm.PROD and row.training_mode != Round.TrainingMode.SCRATCH:
         previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
         warm = next((a for a in previous if a.k == k), None)
     last = [-1]

@@ -15,9 +15,13 @@ Round 1 is the seed set (``seed_labels`` items, the cold-start round): a uniform
 every strategy of a seed under the default ``cold_mode`` "random", and always for the random strategy
 (annotate.services.planning.cold_mode); with ``cold_mode`` "typical" or "diversity" in the loop options
 the other strategies pick their own seed set, so their curves differ from random's from round 1 on
-(still paired by seed: the same pool, test set and seed). Later rounds add ``batch`` items picked by
-the strategy. The test split (test.csv) is imported as test items whose gold labels are their final
-labels: never selected (eligible_pool excludes test items), never trained on (labeled_items too).
+(still paired by seed: the same pool, test set and seed). The ``random-coldstart`` arm takes active's
+seed set (its cold rounds are requested as active's) and then random batches: the second random
+baseline, against which active's gain is the selection's own. Later rounds add ``batch`` items picked by
+the strategy. A job stops when a round finds the pool fully labelled (that round trains the final
+model from scratch and is recorded with ``pool_exhausted``). The test split (test.csv) is imported
+as test items whose gold labels are their final labels: never selected (eligible_pool excludes test
+items), never trained on (labeled_items too).
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ from scoring.selection import STRATEGIES  # the production selection and the thr
 from training.ensemble import LoopConfig
 
 FULL_DATA = "full-data"
+# The second random baseline: active's cold start (the seed set its cold rounds pick: typical items by
+# default), then uniform random batches. Against it, active's gain is the selection's own; against
+# "random" (a uniform seed set too: a user without the app) it is the cold start's and the selection's.
+RANDOM_COLDSTART = "random-coldstart"
+ARMS = (*STRATEGIES, RANDOM_COLDSTART)  # what a job may run: a production strategy, or a composed arm
 POOL_SAMPLE_SEED = 0  # the pool sample is fixed across strategies and seeds, like the baseline's
 ANNOTATOR = "sim-annotator"
 Log = Callable[[str], None]
@@ -91,7 +100,7 @@ class SimSpec:
 
 @dataclass(frozen=True)
 class Job:
-    strategy: str  # one of STRATEGIES, or FULL_DATA
+    strategy: str  # one of ARMS, or FULL_DATA
     seed: int
 
     @property
@@ -308,9 +317,20 @@ STEP_OF_STATUS: dict[str, str] = {
 ALL_STATUSES = tuple(Round.Status.values)
 
 
+def round_strategy(arm: str, *, number: int, cold_start_batches: int) -> str:
+    """The production strategy round ``number`` of a job of ``arm`` is requested with: the arm itself,
+    but random-coldstart's cold rounds are requested as active's (so they pick active's seed set, by
+    the same service and seed) and its later rounds as random."""
+    if arm != RANDOM_COLDSTART:
+        return arm
+    return "active" if number <= cold_start_batches else "random"
+
+
 def _start_round(project: Project, strategy: str) -> Round:
     from annotate.services import rounds
 
+    last = Round.objects.filter(project=project).order_by("-number").values_list("number", flat=True).first()
+    strategy = round_strategy(strategy, number=(last or 0) + 1, cold_start_batches=project.cold_start_batches)
     return rounds.round_request_start(project=project, user=None, strategy=strategy, run_here=True)
 
 
@@ -340,9 +360,10 @@ def label_batch(*, project: Project, annotator: Any) -> int:
 
 
 def run_round(*, project: Project, strategy: str, annotator: Any) -> tuple[Round, dict[str, float]]:
-    """One whole round: start, score, select, label (simulated), train, evaluate. Seconds per step."""
+    """One whole round: start, score, select, label (simulated), train, evaluate. Seconds per step.
+    A round that finds the pool fully labelled has no batch: it goes from selecting to training."""
     seconds: dict[str, float] = {}
-    row = _advance(_start_round(project, strategy), (Round.Status.LABELING,), seconds)
+    row = _advance(_start_round(project, strategy), (Round.Status.LABELING, Round.Status.DONE), seconds)
     started = time.perf_counter()
     label_batch(project=project, annotator=annotator)
     seconds["labeling"] = time.perf_counter() - started
@@ -369,6 +390,9 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "round": row.number,
         "labels": metrics.get("labels"),
         "batch": len(batch),
+        # the pool's end: no batch, the final model retrained from scratch on every label
+        "pool_exhausted": row.pool_exhausted,
+        "training_mode": row.training_mode,  # "warm" or "scratch" (loop option consolidate_every)
         "accuracy": metrics.get("accuracy"),
         "macro_f1": metrics.get("macro_f1"),
         "ece": metrics.get("ece"),
@@ -511,8 +535,8 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
     """Run one (strategy, seed) job, or the full-data job, appending each record as it happens."""
     if job.strategy == FULL_DATA:
         return [run_full_data(spec=spec, data=data, job=job, log=log)]
-    if job.strategy not in STRATEGIES:
-        raise SimulationError(f"unknown strategy {job.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if job.strategy not in ARMS:
+        raise SimulationError(f"unknown strategy {job.strategy!r}; expected one of {', '.join(ARMS)}")
     records = []
     with loop_options(spec.loop_options):
         started = time.perf_counter()
@@ -528,9 +552,10 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
             append_record(spec.records_path, record)
             records.append(record)
             log(f"[{job.tag}] round {number}: {record['labels']} labels, acc {record['accuracy']:.3f}; {_fmt(seconds)}")
-            if spec.max_labels and (record["labels"] or 0) >= spec.max_labels:
+            if row.pool_exhausted:  # the pool is fully labelled and the final model trained: done
+                log(f"[{job.tag}] the pool is fully labelled after round {number - 1}: stopped")
                 break
-            if record["batch"] == 0:  # the pool ran dry
+            if spec.max_labels and (record["labels"] or 0) >= spec.max_labels:
                 break
     return records
 

@@ -15,6 +15,10 @@ record per (data, strategy, seed, round) with ``labels`` and ``accuracy``; the `
   accuracy; "> N" when no seed got there within N labels;
 - s/round: wall seconds of one round (all steps, the simulated labelling included).
 
+Paired with two random baselines on the same seeds: random with a uniform seed set (a user without
+the app) and ``random-coldstart`` (the strategy's own cold start, then uniform batches); the Δ against
+the second is the selection's own gain, the rest of the first is the cold start's.
+
 The baseline's rows (BASELINES.md: MiniLM + logistic regression, same data, same label counts) are
 printed next to ours. Its area under the curve spans its own range (20 to about 1,000 labels), so
 compare areas within one source only.
@@ -64,21 +68,27 @@ def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
+SHAPE_TAGS = ("B", "S", "C")  # run_shape's fields in a report name: batch size, seed set, consolidation
+
+
 def named_by_shape(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Where the records of one data set were made at more than one batch size B or seed-set size
-    (the records' ``batch_size`` / ``seed_labels``, run_shape), each shape is its own data set,
-    "<data>-B<B>" (and "-S<seed set>" where seed sets differ): its curves are paired with random's
+    """Where the records of one data set were made at more than one batch size B, seed-set size or
+    consolidation period (the records' ``batch_size`` / ``seed_labels`` / ``config.consolidate_every``,
+    run_shape), each shape is its own data set, "<data>-B<B>" (and "-S<seed set>" where seed sets
+    differ, "-C<N>" where the consolidation differs: a sweep of it): its curves are paired with random's
     of the same shape and never averaged with another's. One shape (or none recorded): names unchanged."""
-    shapes: dict[str, set[tuple[int | None, int | None]]] = {}
+    shapes: dict[str, set[tuple[int | None, ...]]] = {}
     for r in records:
         shapes.setdefault(str(r.get("data")), set()).add(run_shape(r))
     out = []
     for r in records:
         seen = shapes[str(r.get("data"))]
-        b, s0 = run_shape(r)
-        # a record that names no B (or seed set) counts for neither: it keeps the plain name
-        mixed_b, mixed_s = (len({x[i] for x in seen} - {None}) > 1 for i in (0, 1))
-        suffix = (f"-B{b}" if mixed_b and b is not None else "") + (f"-S{s0}" if mixed_s and s0 is not None else "")
+        # a record that names no B (or seed set...) counts for neither: it keeps the plain name
+        suffix = "".join(
+            f"-{tag}{value}"
+            for i, (tag, value) in enumerate(zip(SHAPE_TAGS, run_shape(r), strict=True))
+            if value is not None and len({x[i] for x in seen} - {None}) > 1
+        )
         out.append({**r, "data": f"{r['data']}{suffix}"} if suffix else r)
     return out
 
@@ -86,20 +96,23 @@ def named_by_shape(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def source_set(name: str) -> str:
     """The data set's own name (its folder under the data directory) from a report name: "trec" from
     "trec-B50-S50" (named_by_shape)."""
-    return re.sub(r"(-B\d+)?(-S\d+)?$", "", name)
+    return re.sub(r"(-B\d+)?(-S\d+)?(-C\d+)?$", "", name)
 
 
-def run_shape(record: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(B, seed-set size) a record's run was made at: the simulation's ``batch_size`` and
-    ``seed_labels``, or the cheap learner's (bench/proxy_sim.py) ``loop_options``; None where not
-    recorded (records of the cheap learner before session 12 name no seed set)."""
+def run_shape(record: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """(B, seed-set size, consolidation period) a record's run was made at: the simulation's
+    ``batch_size``, ``seed_labels`` and resolved ``config.consolidate_every``, or the cheap learner's
+    (bench/proxy_sim.py) ``loop_options``; None where not recorded (records of the cheap learner before
+    session 12 name no seed set; records before issue 33 no consolidation, which was off)."""
     options = record.get("loop_options") or {}
     b = record.get("batch_size", options.get("batch"))
     s0 = record.get("seed_labels", options.get("seed_labels"))
-    return (
-        int(b) if isinstance(b, int | float) else None,
-        int(s0) if isinstance(s0, int | float) else None,
-    )
+    every = (record.get("config") or {}).get("consolidate_every")
+    return _int_or_none(b), _int_or_none(s0), _int_or_none(every)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _named_by_start(record: dict[str, Any]) -> dict[str, Any]:
@@ -248,43 +261,70 @@ def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
     return fmt(stat, len(per_seed), 0)
 
 
+RANDOM = "random"
+RANDOM_COLDSTART = "random-coldstart"  # annotate.simulation.harness: active's seed set, then random batches
+SEED_SET_MODES = ("diversity", "typical", "hedged")  # the non-uniform cold modes (scoring.selection.COLD_MODES)
+
+
+def seed_set_peer(strategy: str) -> str:
+    """The random curve that starts from the same seed set as ``strategy`` (a report name): "random"
+    for a uniform seed set, "random-coldstart+<mode>" for one its cold start picked ("active+typical"
+    → "random-coldstart+typical"). Against it, a strategy's Δ is its selection's own gain."""
+    mode = next((part for part in strategy.split("+")[1:] if part in SEED_SET_MODES), None)
+    return RANDOM if mode is None else f"{RANDOM_COLDSTART}+{mode}"
+
+
+def paired_delta(ours: dict[int, Curve], theirs: dict[int, Curve]) -> tuple[list[float], list[str], int, int]:
+    """Seed by seed, ``ours`` against ``theirs`` on the seeds both have: Δ area under the curve over the
+    labels both reached, "seed: Δ" strings, and the rounds (label counts after the first) won of those
+    present in both."""
+    deltas, per_seed, wins, total = [], [], 0, 0
+    for seed, curve in sorted(ours.items()):
+        if seed not in theirs:
+            continue
+        other = theirs[seed]
+        lo, hi = max(curve[0][0], other[0][0]), min(curve[0][-1], other[0][-1])
+        a, b = area(curve, lo, hi), area(other, lo, hi)
+        if a is not None and b is not None:
+            deltas.append(a - b)
+            per_seed.append(f"{seed}: {a - b:+.1f}")
+        common = sorted(set(curve[0].tolist()) & set(other[0].tolist()))
+        for x in common[1:]:  # the first point is the seed set: equal by design where it is shared
+            total += 1
+            wins += int(at(curve, x) > at(other, x))  # type: ignore[operator]
+    return deltas, per_seed, wins, total
+
+
 def paired_rows(
     records: Sequence[dict[str, Any]], baselines: Sequence[dict[str, str]], superseded: Sequence[str] = ()
 ) -> list[dict[str, str]]:
-    """Per (data, strategy other than random): the paired comparison with random on the same seeds
-    (same seed set): Δ area under the curve (each seed's strategy minus its random, over the label
-    range both cover), mean ± std over seeds; wins = rounds (seed × label count present in both)
-    where the strategy's accuracy is higher; the verdicts against the cheap baseline's margin
-    loop at 200 and 1,000 labels (our mean minus its mean); and the commits of the pair's records (the
-    strategy's, and random's of the seeds paired with them), each one that a ``superseded`` prefix (or
-    full hash) names marked "(earlier code)": a row of code that no longer runs as it did then."""
+    """Per (data, strategy other than random): the paired comparison with the two random baselines on
+    the same seeds. Against uniform random (a uniform seed set too: what a user without the app does):
+    Δ area under the curve (each seed's strategy minus its random, over the label range both cover),
+    mean ± std over seeds, and wins = rounds (seed × label count present in both) where the strategy's
+    accuracy is higher. Against random from the strategy's own seed set (``seed_set_peer``): the
+    selection's own Δ, the cold start's share taken out ("–" without those records). The verdicts
+    against the cheap baseline's margin loop at 200 and 1,000 labels (our mean minus its mean); and the
+    commits of the pair's records (the strategy's, and random's of the seeds paired with them), each one
+    that a ``superseded`` prefix (or full hash) names marked "(earlier code)": a row of code that no
+    longer runs as it did then."""
     by_key = curves(records)
     rows = []
     for data in sorted({d for d, _ in by_key}):
-        rand = by_key.get((data, "random"), {})
+        rand = by_key.get((data, RANDOM), {})
         margin = next(
             (r for r in baselines if data_key(r["data"]) == data_key(data) and r["strategy"].endswith("margin")), None
         )
-        for key in sorted((k for k in by_key if k[0] == data and k[1] != "random"), key=lambda k: strategy_order(k[1])):
-            deltas, wins, total = [], 0, 0
-            per_seed = []
-            for seed, curve in sorted(by_key[key].items()):
-                if seed not in rand:
-                    continue
-                other = rand[seed]
-                lo, hi = max(curve[0][0], other[0][0]), min(curve[0][-1], other[0][-1])
-                a, b = area(curve, lo, hi), area(other, lo, hi)
-                if a is not None and b is not None:
-                    deltas.append(a - b)
-                    per_seed.append(f"{seed}: {a - b:+.1f}")
-                common = sorted(set(curve[0].tolist()) & set(other[0].tolist()))
-                for x in common[1:]:  # the first point is the shared seed set: equal by design
-                    total += 1
-                    wins += int(at(curve, x) > at(other, x))  # type: ignore[operator]
+        for key in sorted((k for k in by_key if k[0] == data and k[1] != RANDOM), key=lambda k: strategy_order(k[1])):
+            deltas, per_seed, wins, total = paired_delta(by_key[key], rand)
             row = {"data": data, "strategy": key[1], "seeds": str(len(deltas))}
             row["delta_auc"] = fmt(mean_std(deltas), len(deltas)) if deltas else DASH
             row["per_seed"] = ", ".join(per_seed) or DASH
             row["wins"] = f"{wins}/{total}" if total else DASH
+            peer = seed_set_peer(key[1])
+            own, own_per_seed, _, _ = paired_delta(by_key[key], by_key.get((data, peer), {}))
+            row["delta_auc_selection"] = fmt(mean_std(own), len(own)) if own and peer != key[1] else DASH
+            row["per_seed_selection"] = ", ".join(own_per_seed) if own and peer != key[1] else DASH
             for x in (200, 1000):
                 ours = mean_std([at(c, x) for c in by_key[key].values()])
                 theirs = _mean_of(margin.get(f"acc@{x}", "")) if margin else None
@@ -296,7 +336,7 @@ def paired_rows(
                 if r.get("data") == data
                 and (
                     r.get("strategy") == key[1]
-                    or (r.get("strategy") == "random" and r.get("seed") is not None and int(r["seed"]) in paired_seeds)
+                    or (r.get("strategy") == RANDOM and r.get("seed") is not None and int(r["seed"]) in paired_seeds)
                 )
             }
             row["commits"] = ", ".join(
@@ -324,6 +364,7 @@ PAIRED_COLUMNS = (
     ("strategy", "strategy"),
     ("seeds", "paired seeds"),
     ("delta_auc", "Δ area under curve vs random"),
+    ("delta_auc_selection", "Δ vs random from the same seed set (selection only)"),
     ("wins", "rounds won vs random"),
     ("vs_margin@200", "vs cheap margin loop @200"),
     ("vs_margin@1000", "vs cheap margin loop @1000"),
@@ -332,9 +373,16 @@ PAIRED_COLUMNS = (
 
 
 def per_seed_table(rows: Sequence[dict[str, str]]) -> str:
-    """Each paired row's Δ area under the curve per seed (seed: Δ), the values the mean ± std summarises."""
-    lines = ["| data | strategy | Δ area under curve vs random, per seed |", "|---|---|---|"]
-    lines += [f"| {r['data']} | {r['strategy']} | {r.get('per_seed', DASH)} |" for r in rows]
+    """Each paired row's Δ area under the curve per seed (seed: Δ), the values the mean ± std summarise:
+    against uniform random, and against random from the same seed set."""
+    lines = [
+        "| data | strategy | Δ area under curve vs random, per seed | Δ vs random from the same seed set, per seed |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['data']} | {r['strategy']} | {r.get('per_seed', DASH)} | {r.get('per_seed_selection', DASH)} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -345,7 +393,7 @@ def paired_table(rows: Sequence[dict[str, str]]) -> str:
 
 
 def strategy_order(name: str) -> tuple[int, str]:
-    order = ("active", "portfolio", "random", "margin-kcenter", "uncertainty-only", "kcenter-only")
+    order = ("active", "portfolio", "random", RANDOM_COLDSTART, "margin-kcenter", "uncertainty-only", "kcenter-only")
     base = name.partition("+")[0]  # "active+typical" next to "active"
     return (order.index(base) if base in order else len(order), name)
 
@@ -608,10 +656,13 @@ def write_report(
         [
             markdown_table(summary_rows(records), base),
             test_sets_line(records),
-            "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds; the"
-            " cheap margin loop's columns: our mean accuracy minus its mean, in points):",
+            "Paired with random on the same seeds (Δ: strategy minus random, mean ± std over seeds). Two random"
+            " baselines: random with a uniform seed set (what a user without the app does), and random from the"
+            " strategy's own seed set (random-coldstart: the typical-items cold start, then uniform batches), so"
+            " the second Δ is the selection's own gain and the difference is the cold start's. The cheap margin"
+            " loop's columns: our mean accuracy minus its mean, in points:",
             paired_table(paired := paired_rows(records, base, superseded)),
-            "The same Δ seed by seed (seed: strategy minus random, points):",
+            "The same Δ seed by seed (seed: strategy minus each random baseline, points):",
             per_seed_table(paired),
             *(
                 [
@@ -720,13 +771,14 @@ def selected_records(paths: Sequence[Path], drop: Sequence[str]) -> list[dict[st
 
 def _dropped(record: dict[str, Any], drop: Sequence[str]) -> bool:
     """Whether a "[DATA/]STRATEGY@COMMIT-PREFIX" entry of ``drop`` names this record (without DATA:
-    that strategy's records of every data set; DATA "trec-B50" or "trec-B50-S50": only the records
-    of that run shape, named_by_shape)."""
+    that strategy's records of every data set; DATA "trec-B50", "trec-B50-S50" or "trec-C3": only the
+    records of that run shape, named_by_shape)."""
+    shape = run_shape(record)
     for entry in drop:
         scope, _, commit = entry.partition("@")
         data, _, strategy = scope.rpartition("/")
-        b, s0 = (re.search(rf"-{k}(\d+)(?=-|$)", data) for k in "BS")
-        if (b and run_shape(record)[0] != int(b.group(1))) or (s0 and run_shape(record)[1] != int(s0.group(1))):
+        wanted = [re.search(rf"-{tag}(\d+)(?=-|$)", data) for tag in SHAPE_TAGS]
+        if any(m and shape[i] != int(m.group(1)) for i, m in enumerate(wanted)):
             continue
         if (
             (not data or data_key(str(record.get("data", ""))) == data_key(data))

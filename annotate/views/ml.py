@@ -22,7 +22,7 @@ from annotate.selectors import rounds as rounds_sel
 from annotate.selectors import stopping as stopping_sel
 from annotate.selectors.progress import batch_status, labeling_round
 from annotate.selectors.round_display import next_step_sentence, round_views
-from annotate.services.rounds import RoundError, round_request_retrain, round_request_start
+from annotate.services.rounds import RoundError, round_request_final, round_request_retrain, round_request_start
 
 
 def _live_context(project: Project, **extra: object) -> dict[str, object]:
@@ -37,6 +37,9 @@ def _live_context(project: Project, **extra: object) -> dict[str, object]:
         "stopping": stopping_sel.stopping_report(project=project),
         "selection": rounds_sel.selection_in_charge(project=project),
         "n_rounds": len(rounds),
+        "pool_end": (ended := rounds_sel.pool_end_round(project=project)),
+        "pool_end_text": rounds_sel.pool_end_sentence(ended) if ended else "",
+        "in_review": rounds_sel.in_review(project=project) if ended else 0,
         **extra,
     }
 
@@ -100,3 +103,14 @@ def ml_round_retrain(request: HttpRequest, project_id: int) -> HttpResponse:
     except RoundError as exc:
         return _after_request(request, project, "", str(exc))
     return _after_request(request, project, f"Retrain requested on round {current.number}.", "")
+
+
+@role_required(ML)
+@require_POST
+def ml_round_final(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        new = round_request_final(project=project, user=request.user)
+    except RoundError as exc:
+        return _after_request(request, project, "", _refusal(project, str(exc)))
+    return _after_request(request, project, f"Final model requested: round {new.number} retrains from scratch.", "")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from scoring.selection import NEEDS_SCORES, STRATEGIES
+from scoring.selection import NEEDS_SCORES
 from training.blend import GRID
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -37,6 +37,8 @@ def write_data(folder: Path) -> None:
 
 
 def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from annotate.simulation.harness import ARMS  # every production strategy and random-coldstart
+
     write_data(tmp_path / "tiny")
     out, plots = tmp_path / "out", tmp_path / "plots"
     faiss_before = "faiss" in sys.modules
@@ -61,7 +63,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     rounds = [r for r in records if r["strategy"] != "full-data"]
     assert sorted((r["strategy"], r["seed"], r["round"]) for r in rounds) == sorted(
-        (s, seed, n) for s in STRATEGIES for seed in (0, 1) for n in (1, 2)
+        (s, seed, n) for s in ARMS for seed in (0, 1) for n in (1, 2)
     )
     for r in rounds:
         assert set(r) >= ROUND_KEYS, ROUND_KEYS - set(r)
@@ -74,7 +76,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
         assert {"top_layers", "min_steps", "packed", "lr"} <= set(r["config"]["train"]) and r["config"]["k"] == 1
         assert r["config"]["selection"]["random_share"] == 0.15  # the project default
         assert r["config"]["selection"]["committee"] == "members"  # (the report names any other)
-    for strategy in STRATEGIES:
+    for strategy in ARMS:
         for seed in (0, 1):
             first, second = (
                 next(r for r in rounds if (r["strategy"], r["seed"], r["round"]) == (strategy, seed, n)) for n in (1, 2)
@@ -117,7 +119,7 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     for png in (out / "sim-tiny.png", plots / "sim-tiny.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    named = [s if s == "random" else f"{s}+typical" for s in STRATEGIES]  # a typical start is its own curve
+    named = [s if s == "random" else f"{s}+typical" for s in ARMS]  # a typical start is its own curve
     assert all(f"| tiny | {name} | 2 |" in report for name in named), report
     assert faiss_before or "faiss" not in sys.modules  # the GPU machine has no faiss
     # The blend's per-weight counts replay the recorded predictor exactly (bench/blend_rules.py).
@@ -125,14 +127,14 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
     import blend_rules
 
     by_job = blend_rules.jobs(records)
-    assert len(by_job) == 2 * len(STRATEGIES)
+    assert len(by_job) == 2 * len(ARMS)
     for job_rounds in by_job.values():
         default = blend_rules.replay(job_rounds, blend_rules.RULES[blend_rules.DEFAULT])
         alone = blend_rules.replay(job_rounds, blend_rules.RULES["adapters alone (w = 1)"])
         for r, (_, w, acc), (_, _, acc_llm) in zip(job_rounds, default, alone, strict=True):
             assert w == r["blend"]["weight"] and acc == pytest.approx(100 * r["accuracy"])
             assert acc_llm == pytest.approx(100 * r["blend"]["accuracy_llm"])
-    n_rounds = 2 * 2 * len(STRATEGIES)
+    n_rounds = 2 * 2 * len(ARMS)
     assert f"the default rule gives the recorded weight in {n_rounds} of {n_rounds} rounds" in blend_rules.tables(
         records
     )
@@ -179,3 +181,33 @@ def test_the_default_shape_is_a_new_projects() -> None:
     assert seed_labels(opts) == project.batch_size * project.cold_start_batches == 100
     assert seed_labels(vars(parser.parse_args(["--batch", "25"]))) == 50  # the cold start follows B
     assert seed_labels(vars(parser.parse_args(["--batch", "25", "--seed-labels", "300"]))) == 300
+
+
+def test_a_pool_labelled_to_its_end_stops_the_job_cleanly(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """Issue 33: a 60-item pool, a seed set of 20 and batches of 20 under a round budget of 6. Rounds 1-3
+    label the pool; round 4 finds nothing left, trains the final model and is recorded; the job stops
+    there and the command returns (before, round 4 failed and the command ended "1 jobs failed")."""
+    write_data(tmp_path / "tiny")
+    out = tmp_path / "out"
+    call_command(
+        "simulate",
+        "--data", str(tmp_path / "tiny"),
+        "--strategy", "active",
+        "--seeds", "1",
+        "--rounds", "6",
+        "--batch", "20",
+        "--seed-labels", "20",
+        "--k", "1",
+        "--model", str(tiny_llama_dir),
+        "--mass-threshold", "0",
+        "--loop-options", json.dumps({"max_context": 128, "train": {"max_steps": 2, "batch_size": 4}}),
+        "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["labels"], r["batch"], r.get("pool_exhausted")) for r in records] == [
+        (1, 20, 20, False),
+        (2, 40, 20, False),
+        (3, 60, 20, False),
+        (4, 60, 0, True),
+    ]

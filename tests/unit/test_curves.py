@@ -89,7 +89,7 @@ def test_the_readme_block_is_computed_from_the_records_and_replaces_only_its_mar
     assert block.startswith(README_BEGIN) and block.endswith(README_END)
     assert "toy active 150–200" in block and "toy random 150" in block and "abc1234" in block
     # Δ mean accuracy over 50..150 per seed: trapezoids of the gaps (0, 10, 10) = (250 + 500) / 100 = 7.5 points
-    assert "| toy | active | 2 | 7.5±0.0 | 4/4 |" in block
+    assert "| toy | active | 2 | 7.5±0.0 | 7.5±0.0 | 4/4 |" in block  # a uniform seed set: random is its peer
     assert "Test items: toy 40 (a fixed random sample of the test split)." in block
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\nbefore\n{README_BEGIN}\nold table\n{README_END}\nafter\n")
@@ -323,3 +323,72 @@ def test_the_memory_table_takes_the_largest_peak_over_seeds_and_says_how_steps_r
     table = memory_table(records)
     assert "| trec | active | 1,750 MiB | 2,200 MiB | 2,300 MiB | eager, graph |" in table
     assert memory_table([rec(0, 1, 100, None, [])]) == ""  # a CPU run records no GPU memory: no table
+
+
+def test_the_gain_is_reported_against_both_random_baselines(tmp_path: Path) -> None:
+    """Active (typical seed set) against uniform random and against random-coldstart (the same typical
+    seed set, then random batches), seed by seed: the first Δ is the cold start's and the selection's
+    gain together, the second the selection's alone, and random-coldstart's own Δ vs uniform random is
+    the cold start's, so the two parts add up to the whole."""
+    import json
+
+    from annotate.simulation.report import paired_rows, paired_table, per_seed_table, seed_set_peer, selected_records
+
+    def rec(strategy: str, mode: str, seed: int, labels: int, acc: float) -> dict[str, object]:
+        return {"data": "trec", "strategy": strategy, "cold_mode": mode, "seed": seed, "labels": labels,
+                "accuracy": acc, "commit": "c1"}  # fmt: skip
+
+    curves = {  # accuracy at 100 and 200 labels, per (strategy, cold mode) and seed
+        ("random", "random"): {0: (0.50, 0.60), 1: (0.50, 0.60)},
+        ("random-coldstart", "typical"): {0: (0.55, 0.62), 1: (0.55, 0.64)},
+        ("active", "typical"): {0: (0.55, 0.70), 1: (0.55, 0.66)},
+    }
+    records = [
+        rec(strategy, mode, seed, labels, acc)
+        for (strategy, mode), by_seed in curves.items()
+        for seed, accs in by_seed.items()
+        for labels, acc in zip((100, 200), accs, strict=True)
+    ]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = {r["strategy"]: r for r in paired_rows(selected_records([tmp_path], []), [])}
+    assert set(rows) == {"active+typical", "random-coldstart+typical"}
+    active, cold = rows["active+typical"], rows["random-coldstart+typical"]
+    # areas over [100, 200]: random 55.0; random-coldstart 58.5 / 59.5; active 62.5 / 60.5
+    assert (active["per_seed"], active["delta_auc"]) == ("0: +7.5, 1: +5.5", "6.5±1.4")
+    assert (active["per_seed_selection"], active["delta_auc_selection"]) == ("0: +4.0, 1: +1.0", "2.5±2.1")
+    assert (cold["per_seed"], cold["delta_auc"], cold["delta_auc_selection"]) == ("0: +3.5, 1: +4.5", "4.0±0.7", "–")
+    assert "| trec | active+typical | 2 | 6.5±1.4 | 2.5±2.1 | 2/2 |" in paired_table(list(rows.values()))
+    assert "| trec | active+typical | 0: +7.5, 1: +5.5 | 0: +4.0, 1: +1.0 |" in per_seed_table([active])
+    # Without random-coldstart records the selection-only column says so ("–"), never a made-up value;
+    # a strategy whose seed set was uniform is its own selection-only comparison with random.
+    no_peer = [r for r in records if r["strategy"] != "random-coldstart"]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in no_peer))
+    (alone,) = paired_rows(selected_records([tmp_path], []), [])
+    assert (alone["delta_auc"], alone["delta_auc_selection"]) == ("6.5±1.4", "–")
+    assert seed_set_peer("active") == "random" and seed_set_peer("active+typical+β2") == "random-coldstart+typical"
+
+
+def test_a_consolidation_sweep_is_one_data_set_per_period_paired_within(tmp_path: Path) -> None:
+    """Records of one set with loop option consolidate_every 0 and 3 (a sweep, two inputs) are two data
+    sets, "<data>-C0" and "<data>-C3", each strategy paired with random of the same period; records
+    made before the option (no value) keep the plain name, as one period alone does."""
+    import json
+
+    from annotate.simulation.report import paired_rows, selected_records, source_set
+
+    def rec(strategy: str, labels: int, acc: float, every: int | None) -> dict[str, object]:
+        config = {} if every is None else {"config": {"consolidate_every": every}}
+        return {"data": "trec", "strategy": strategy, "seed": 0, "labels": labels, "accuracy": acc} | config
+
+    for every, active_end in ((0, 0.70), (3, 0.62)):
+        rows = [rec("random", 100, 0.5, every), rec("random", 200, 0.6, every),
+                rec("active", 100, 0.5, every), rec("active", 200, active_end, every)]  # fmt: skip
+        (tmp_path / f"c{every}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    both = selected_records([tmp_path / "c0.jsonl", tmp_path / "c3.jsonl"], [])
+    assert len(both) == 8 and {r["data"] for r in both} == {"trec-C0", "trec-C3"}
+    paired = {r["data"]: r["per_seed"] for r in paired_rows(both, [])}
+    assert paired == {"trec-C0": "0: +5.0", "trec-C3": "0: +1.0"}
+    assert {r["data"] for r in selected_records([tmp_path / "c3.jsonl"], [])} == {"trec"}
+    kept = selected_records([tmp_path / "c0.jsonl", tmp_path / "c3.jsonl"], ["trec-C3/active@"])
+    assert {r["data"] for r in kept if r["strategy"] == "active"} == {"trec-C0"}
+    assert source_set("trec-B50-S100-C3") == "trec"

@@ -81,3 +81,24 @@ def test_the_gpu_profile_replays_tf32_graph_steps_and_the_cpu_profile_does_not()
     assert (cpu.graph_step, cpu.precision) == ("off", "float32")
     off = parse_loop_options({"profile": "gpu", "train": {"graph_step": "off", "precision": "float32"}}).train
     assert (off.graph_step, off.precision) == ("off", "float32")
+
+
+def test_consolidation_is_off_by_default_and_retrains_from_scratch_every_n_rounds() -> None:
+    """Loop option consolidate_every: 0 (the default) keeps warm starts; N retrains the prod members
+    from scratch at rounds N, 2N, ...; the first adapters and the final model are always from scratch."""
+    from training.ensemble import prod_training_mode
+
+    assert parse_loop_options({"profile": "cpu"}).consolidate_every == 0
+    assert parse_loop_options({"profile": "cpu", "consolidate_every": 3}).consolidate_every == 3
+    with pytest.raises(ValueError, match="consolidate_every must be 0 .off. or positive"):
+        parse_loop_options({"profile": "cpu", "consolidate_every": -2})
+
+    def modes(every: int, *, final_at: int = 0) -> list[str]:
+        return [
+            prod_training_mode(number=n, consolidate_every=every, final=n == final_at, has_previous=n > 1)
+            for n in range(1, 8)
+        ]
+
+    assert modes(0) == ["scratch"] + ["warm"] * 6
+    assert modes(3) == ["scratch", "warm", "scratch", "warm", "warm", "scratch", "warm"]
+    assert modes(0, final_at=5) == ["scratch", "warm", "warm", "warm", "scratch", "warm", "warm"]

@@ -1,6 +1,8 @@
-"""manage.py round start|status|run-sync|resume PROJECT [--strategy S] — rounds from the command line.
+"""manage.py round start|final|status|run-sync|resume PROJECT [--strategy S] — rounds from the command line.
 
 start     record the next round and enqueue it (a worker runs it)
+final     record a final-model round and enqueue it: no batch, the adapters retrained from scratch on
+          every label (refused while a round is active, or once the pool's end trained one)
 status    the project's rounds with their progress counters and headline metrics
 run-sync  run the current round's steps in this process, no broker (a labeling round is trained
           and evaluated; a new round is started when none is active). The process holds the round's
@@ -37,7 +39,7 @@ class Command(BaseCommand):
     help = "Start, inspect, resume or run (synchronously) a project's rounds."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["start", "status", "run-sync", "resume"])
+        parser.add_argument("action", choices=["start", "final", "status", "run-sync", "resume"])
         parser.add_argument("project", help="project id or name")
         parser.add_argument("--strategy", choices=STRATEGIES, help="selection of a new round (default active)")
 
@@ -50,6 +52,9 @@ class Command(BaseCommand):
             if action == "start":
                 row = rounds.round_request_start(project=project, user=None, strategy=strategy or "active")
                 self.stdout.write(f"round {row.number} (id {row.id}, {row.strategy}) queued")
+            elif action == "final":
+                row = rounds.round_request_final(project=project, user=None)
+                self.stdout.write(f"round {row.number} (id {row.id}, the final model) queued")
             elif action == "status":
                 for row in Round.objects.filter(project=project).order_by("number"):
                     self.stdout.write(json.dumps(round_json(row), default=str))

@@ -50,7 +50,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--data", default="", help="folder with train.csv and test.csv (text,label)")
-        parser.add_argument("--strategy", default="active,random", help=f"comma list of {sim.STRATEGIES} or 'all'")
+        parser.add_argument(
+            "--strategy",
+            default=f"active,random,{sim.RANDOM_COLDSTART}",  # both baselines: uniform and active's seed set
+            help=f"comma list of {sim.ARMS} or 'all'",
+        )
         parser.add_argument("--rounds", type=int, default=8, help="rounds per job, the seed-set round included")
         parser.add_argument("--labels", type=int, default=0, help="stop a job at this many labels (0: --rounds)")
         fresh = Project()  # a new project's defaults, never saved
@@ -178,10 +182,10 @@ class Command(BaseCommand):
         return replace(spec, loop_options={**spec.loop_options, "max_context": needed})
 
     def _jobs(self, opts: dict[str, Any]) -> list[sim.Job]:
-        names = sim.STRATEGIES if opts["strategy"] == "all" else tuple(s.strip() for s in opts["strategy"].split(","))
-        unknown = [s for s in names if s not in sim.STRATEGIES]
+        names = sim.ARMS if opts["strategy"] == "all" else tuple(s.strip() for s in opts["strategy"].split(","))
+        unknown = [s for s in names if s not in sim.ARMS]
         if unknown:
-            raise CommandError(f"unknown strategies {unknown}; expected {', '.join(sim.STRATEGIES)} or 'all'")
+            raise CommandError(f"unknown strategies {unknown}; expected {', '.join(sim.ARMS)} or 'all'")
         jobs = [sim.Job(sim.FULL_DATA, 0)] if opts["full_data"] else []  # first: the longest single job
         # Seed-major: with fewer workers than jobs, every strategy gets its first seed early.
         seeds = range(opts["first_seed"], opts["first_seed"] + opts["seeds"])
