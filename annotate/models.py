@@ -70,6 +70,8 @@ class Project(models.Model):
     # Off by default: a lead deciding a disagreement they are part of is judge in their own case.
     lead_adjudicates_own = models.BooleanField(default=False)
     test_set_size = models.PositiveIntegerField(default=500)
+    # Set: the project leaves the home page's list (ML staff find it under "Archived"); nothing is deleted.
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name

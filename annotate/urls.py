@@ -17,6 +17,8 @@ urlpatterns = [
     # Project setup (ml)
     path("setup/new/", setup.setup_new, name="setup_new"),
     path("p/<int:project_id>/setup/", setup.project_setup, name="project_setup"),
+    path("p/<int:project_id>/archive/", setup.project_archive, name="project_archive"),
+    path("p/<int:project_id>/delete/", setup.project_delete, name="project_delete"),
     # Leads
     path("p/<int:project_id>/lead/", lead.lead_home, name="lead_home"),
     path("p/<int:project_id>/lead/agreement/", lead.lead_agreement, name="lead_agreement"),

@@ -18,6 +18,7 @@ from annotate.access import role_required
 from annotate.forms_data import ExportForm
 from annotate.models import ImportJob, Project
 from annotate.roles import LEAD, ML
+from annotate.selectors.projects import test_set_state
 from annotate.services.exports import export_labels, export_predictions
 from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset
 from annotate.services.imports import ImportFailed, detect_format, import_create
@@ -67,7 +68,8 @@ def import_upload(request: HttpRequest, project_id: int) -> HttpResponse:
             )
         return redirect("import_status", project_id=project.id, job_id=job.id)
     jobs = ImportJob.objects.filter(project=project).order_by("-created_at")[:10]
-    return render(request, "annotate/import.html", {"project": project, "form": form, "jobs": jobs})
+    context = {"project": project, "form": form, "jobs": jobs, "test_set": test_set_state(project=project)}
+    return render(request, "annotate/import.html", context)
 
 
 @role_required(ML)

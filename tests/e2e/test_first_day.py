@@ -1,0 +1,176 @@
+"""Issue 32, a new team's first day, in headless Chromium against a live server with a real Celery
+worker (imports run as tasks on it). One test per numbered problem of the issue:
+
+1. dead ends: a small upload no longer goes all into the test set (capped, with a warning before
+   it is drawn), a new size redraws it until round 1 trains, a project can be archived and
+   deleted (typed confirmation, ML staff only)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.deployed import stop_groups
+from tests.e2e.login import log_in
+from tests.live_server import ROOT, LiveServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.celery]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
+    """A live server and one Celery worker on the default queue (imports and bookkeeping; nothing
+    here trains), both on this run's own Redis database (REDIS_URL, claimed by tests/conftest.py)."""
+    logs = tmp_path_factory.mktemp("first-day")
+    with LiveServer(kind="runserver", purpose="firstday") as live:
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default", "-c", "1"]
+        cmd += ["--pool", "solo", "-n", "firstday@%h", "--loglevel", "INFO"]
+        log = (logs / "worker.log").open("ab")
+        worker = subprocess.Popen(cmd, cwd=ROOT, env=live.env, stdout=log, stderr=log, start_new_session=True)
+        try:
+            yield live, logs
+        finally:
+            stop_groups({"worker": worker})
+
+
+@pytest.fixture
+def open_as(app: tuple[LiveServer, Path], browser: Any, artifacts_dir: Path, request: pytest.FixtureRequest) -> Any:
+    """``open_as(username, roles)`` → a logged-in page; pages are screenshotted when the test fails."""
+    live, logs = app
+    pages: list[tuple[str, Any]] = []
+
+    def login(username: str, roles: list[str]) -> Any:
+        live.call("tests.live_server:create_users", usernames=[username], roles=roles)
+        context = browser.new_context(base_url=live.url, viewport={"width": 1200, "height": 900})
+        context.set_default_timeout(30_000)
+        page = log_in(context, username)
+        pages.append((username, page))
+        return page
+
+    yield login
+    report = getattr(request.node, "report_call", None)
+    for username, page in pages:
+        if report is not None and report.failed:
+            page.screenshot(path=str(artifacts_dir / f"{request.node.name}-{username}-failed.png"), full_page=True)
+            print((logs / "worker.log").read_text(errors="replace")[-3000:], live.log_tail())
+        page.context.close()
+
+
+def _csv(path: Path, n: int, prefix: str) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text"])
+        writer.writerows([f"{prefix} text number {i}"] for i in range(n))
+    return path
+
+
+def _upload(page: Any, project: int, path: Path) -> str:
+    page.goto(f"/p/{project}/import/")
+    page.set_input_files("input[name=file]", str(path))
+    page.get_by_role("button", name="Upload and import").click()
+    page.locator("#import-job .status-done, #import-job .status-failed").wait_for(timeout=60_000)
+    return str(page.locator("#import-job").inner_text())
+
+
+def new_project(*, name: str, test_set_size: int = 500) -> int:
+    """Runs in the live server's database: a project with the defaults a new one gets."""
+    from annotate.services.projects import LabelInput, project_create
+
+    return project_create(
+        name=name, labels=[LabelInput("pos", "A"), LabelInput("neg", "B")], test_set_size=test_set_size
+    ).pk
+
+
+def round_trained(*, project: int) -> None:
+    from annotate.models import Round
+
+    Round.objects.create(project_id=project, number=1, status=Round.Status.DONE)
+
+
+def project_counts(*, project: int) -> dict[str, int]:
+    from annotate.models import Item, Project
+
+    return {
+        "projects": Project.objects.filter(pk=project).count(),
+        "items": Item.objects.filter(project_id=project).count(),
+        "test": Item.objects.filter(project_id=project, is_test=True).count(),
+    }
+
+
+def test_problem_1_small_upload_test_set_capped_redrawn_archive_and_delete(
+    app: tuple[LiveServer, Path], open_as: Any, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    live, _ = app
+    project = live.call("tests.e2e.test_first_day:new_project", name="First day small")
+    ml = open_as("fd-ml", ["ml"])
+
+    # The warning comes before anything is drawn: the import page says the cap and what it means.
+    ml.goto(f"/p/{project}/import/")
+    warning = ml.locator("#test-set-state").inner_text()
+    assert "No test set yet" in warning and "never more than 30 %" in warning
+    assert "Uploads under 1667 rows get fewer test items" in warning
+    ml.screenshot(path=str(artifacts_dir / "firstday-import-warning.png"), full_page=True)
+
+    # 300 rows with the default size 500: 90 go to the test set, 210 stay to label (not "0 texts").
+    status = _upload(ml, project, _csv(tmp_path / "small.csv", 300, "small"))
+    assert "300 items imported" in status, status
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project)["test"] == 90
+    ml.goto("/")
+    assert "210 texts" in ml.locator(f"#project-{project}").inner_text()
+
+    # A new size redraws it (no round has trained), and the setup page says what it is now.
+    ml.goto(f"/p/{project}/setup/")
+    assert "90 items drawn (500 asked, capped at 30 % of the 300 texts)" in ml.locator("#test-set-state").inner_text()
+    ml.fill("input[name=test_set_size]", "40")
+    ml.get_by_role("button", name="Save setup").click()
+    ml.get_by_text("The test set was redrawn: 40 items (was 90).").wait_for()
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project)["test"] == 40
+
+    # Once a round has trained, the size is frozen: a clear error, and nothing changes.
+    live.call("tests.e2e.test_first_day:round_trained", project=project)
+    ml.fill("input[name=test_set_size]", "60")
+    ml.get_by_role("button", name="Save setup").click()
+    ml.locator("#form-errors", has_text="the test set is fixed once round 1 has trained").wait_for()
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project)["test"] == 40
+
+    # Annotators and leads cannot archive or delete.
+    lead = open_as("fd-lead", ["lead", "annotator"])
+    assert lead.goto(f"/p/{project}/delete/").status == 403
+
+    # Archive: off the home list, listed under Archived for ML staff; then back.
+    ml.goto(f"/p/{project}/setup/")
+    ml.get_by_role("button", name="Archive project").click()
+    ml.get_by_text("archived: it is listed under Archived").wait_for()
+    assert ml.locator(f"#project-{project}").count() == 0
+    ml.locator("#archived-projects summary").click()
+    ml.locator("#archived-projects").get_by_role("link", name="First day small").click()
+    ml.get_by_role("button", name="Bring back to the home page").click()
+    ml.goto("/")
+    assert ml.locator(f"#project-{project}").count() == 1
+
+    # Delete: a wrong name is refused and deletes nothing; the exact name deletes it all.
+    ml.goto(f"/p/{project}/setup/")
+    ml.get_by_role("link", name="Delete project…").click()
+    assert "300 texts" in ml.locator("#delete-warning").inner_text()
+    ml.fill("input[name=confirm_name]", "First day")
+    ml.get_by_role("button", name="Delete this project").click()
+    ml.get_by_text("type the project's name exactly").wait_for()
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project) == {
+        "projects": 1,
+        "items": 300,
+        "test": 40,
+    }
+    ml.fill("input[name=confirm_name]", "First day small")
+    ml.get_by_role("button", name="Delete this project").click()
+    ml.get_by_text("Project “First day small” deleted.").wait_for()
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project) == {
+        "projects": 0,
+        "items": 0,
+        "test": 0,
+    }
