@@ -3,7 +3,9 @@ worker (imports run as tasks on it). One test per numbered problem of the issue:
 
 1. dead ends: a small upload no longer goes all into the test set (capped, with a warning before
    it is drawn), a new size redraws it until round 1 trains, a project can be archived and
-   deleted (typed confirmation, ML staff only)."""
+   deleted (typed confirmation, ML staff only);
+2. a round measured on too few labelled test items shows how many are missing instead of an
+   accuracy, and an annotator with nothing left in the batch is sent to the Test set queue."""
 
 from __future__ import annotations
 
@@ -174,3 +176,46 @@ def test_problem_1_small_upload_test_set_capped_redrawn_archive_and_delete(
         "items": 0,
         "test": 0,
     }
+
+
+def evaluated_on_one_test_item(*, name: str) -> dict[str, int]:
+    """A project whose round 1 is done and was evaluated on 1 labelled test item of 40 (no gold)."""
+    from annotate.models import Item, Round
+
+    project = new_project(name=name, test_set_size=40)
+    Item.objects.bulk_create(
+        Item(project_id=project, external_id=f"t{i}", text=f"test text {i}", text_hash=f"t{i}", is_test=i < 40)
+        for i in range(200)
+    )
+    first = Item.objects.filter(project_id=project, is_test=True).order_by("id").first()
+    assert first is not None
+    Item.objects.filter(pk=first.pk).update(final_label=first.project.labels.first())
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"></svg>'
+    metrics = {"accuracy": 0.0, "macro_f1": 0.0, "labels": 20, "test_n": 1, "curve_svg": svg}
+    Round.objects.create(project_id=project, number=1, status=Round.Status.DONE, metrics=metrics)
+    return {"project": project}
+
+
+def test_problem_2_accuracy_withheld_below_the_minimum_and_annotators_sent_to_the_test_queue(
+    app: tuple[LiveServer, Path], open_as: Any, artifacts_dir: Path
+) -> None:
+    live, _ = app
+    project = live.call("tests.e2e.test_first_day:evaluated_on_one_test_item", name="First day curve")["project"]
+    ml = open_as("fd-ml2", ["ml"])
+    ml.goto(f"/p/{project}/ml/")
+    withheld = ml.locator("#curve-withheld").inner_text()
+    assert "measured on 1 labelled test item" in withheld and "29 more are missing" in withheld, withheld
+    assert ml.locator("#learning-curve img").count() == 0
+    assert "0.0 %" not in ml.locator("main").inner_text()
+    assert "withheld: 1 labelled test item, 29 missing" in ml.locator("main").inner_text()
+    assert "29 more labelled test items are needed" in ml.locator("#test-set-missing").inner_text()
+    ml.screenshot(path=str(artifacts_dir / "firstday-curve-withheld.png"), full_page=True)
+
+    annotator = open_as("fd-ann2", ["annotator"])
+    annotator.goto(f"/p/{project}/annotate/")
+    pointer = annotator.locator("#test-queue-pointer")
+    assert "29 more test items need labels" in pointer.inner_text()
+    annotator.screenshot(path=str(artifacts_dir / "firstday-test-queue-pointer.png"), full_page=True)
+    pointer.get_by_role("link", name="Label the Test set queue").click()
+    annotator.wait_for_url(f"**/p/{project}/annotate/test/")
+    assert annotator.locator("#annotate-panel").get_attribute("data-item")  # a test item to label
