@@ -33,6 +33,7 @@ urlpatterns = [
     # Team (leads, ml)
     path("team/", team.team, name="team"),
     path("team/<int:user_id>/roles/", team.team_roles, name="team_roles"),
+    path("team/<int:user_id>/active/", team.team_user_active, name="team_user_active"),
     path("p/<int:project_id>/members/", team.project_members, name="project_members"),
     path("p/<int:project_id>/members/<int:user_id>/remove/", team.project_member_remove, name="project_member_remove"),
     # Data in and out

@@ -5,7 +5,9 @@ worker (imports run as tasks on it). One test per numbered problem of the issue:
    it is drawn), a new size redraws it until round 1 trains, a project can be archived and
    deleted (typed confirmation, ML staff only);
 2. a round measured on too few labelled test items shows how many are missing instead of an
-   accuracy, and an annotator with nothing left in the batch is sent to the Test set queue."""
+   accuracy, and an annotator with nothing left in the batch is sent to the Test set queue;
+3. an empty install opens a page that creates the first ML-staff account (then 404); every user
+   changes their password; leads and ML staff deactivate users."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from devtools.deployed import stop_groups
-from tests.e2e.login import log_in
+from tests.e2e.login import log_in, team_add
 from tests.live_server import ROOT, LiveServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.celery]
@@ -219,3 +221,102 @@ def test_problem_2_accuracy_withheld_below_the_minimum_and_annotators_sent_to_th
     pointer.get_by_role("link", name="Label the Test set queue").click()
     annotator.wait_for_url(f"**/p/{project}/annotate/test/")
     assert annotator.locator("#annotate-panel").get_attribute("data-item")  # a test item to label
+
+
+def user_state(*, username: str) -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        return {}
+    return {"active": user.is_active, "roles": sorted(g.name for g in user.groups.all()), "users": user.pk}
+
+
+def _log_in_form(page: Any, username: str, password: str) -> None:
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+
+
+def test_problem_3_first_account_on_an_empty_install_password_change_and_deactivation(
+    browser: Any, artifacts_dir: Path
+) -> None:
+    with LiveServer(kind="runserver", purpose="firstrun") as live:
+        context = browser.new_context(base_url=live.url, viewport={"width": 1200, "height": 900})
+        context.set_default_timeout(30_000)
+        page = context.new_page()
+        try:
+            # An empty install: the first visit lands on the first-account page, not a login with no account.
+            page.goto("/")
+            page.wait_for_url("**/accounts/first-user/")
+            page.screenshot(path=str(artifacts_dir / "firstday-first-user.png"), full_page=True)
+            page.fill("input[name=username]", "founder")
+            page.fill("input[name=password1]", "short")
+            page.fill("input[name=password2]", "short")
+            page.get_by_role("button", name="Create the first account").click()
+            page.locator(".errorlist").first.wait_for()  # a weak password: a clear error, nothing created
+            assert live.call("tests.e2e.test_first_day:user_state", username="founder") == {}
+            page.fill("input[name=password1]", "founder-secret-42")
+            page.fill("input[name=password2]", "founder-secret-42")
+            page.get_by_role("button", name="Create the first account").click()
+            page.get_by_text("you are ML staff").wait_for()
+            assert page.get_by_role("link", name="Create a project").count() == 1
+            assert live.call("tests.e2e.test_first_day:user_state", username="founder")["roles"] == ["ml"]
+            # Gone once a user exists, for everyone.
+            assert page.goto("/accounts/first-user/").status == 404
+            anonymous = browser.new_context(base_url=live.url).new_page()
+            assert anonymous.goto("/accounts/first-user/").status == 404
+            anonymous.goto("/")
+            assert "/accounts/login/" in anonymous.url
+            anonymous.context.close()
+
+            # The team: a lead and an annotator, added on the Team page.
+            page.goto("/team/")
+            team_add(page, [("lea", "lead"), ("ann", "annotator"), ("ml2", "ml")])
+
+            # Every user changes their own password (here the annotator), then logs in with the new one.
+            other = browser.new_context(base_url=live.url).new_page()
+            _log_in_form(other, "ann", "pw-ann-secret")
+            other.get_by_role("link", name="Password").click()
+            other.fill("input[name=old_password]", "pw-ann-secret")
+            other.fill("input[name=new_password1]", "ann-new-password-7")
+            other.fill("input[name=new_password2]", "ann-new-password-7")
+            other.get_by_role("button", name="Change password").click()
+            other.get_by_text("Password changed").first.wait_for()
+            other.get_by_role("button", name="Log out").click()
+            _log_in_form(other, "ann", "pw-ann-secret")
+            other.get_by_text("Wrong username or password.").wait_for()
+            _log_in_form(other, "ann", "ann-new-password-7")
+            other.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+            # A lead deactivates the annotator (whose open session ends) but not ML staff.
+            lead = browser.new_context(base_url=live.url).new_page()
+            _log_in_form(lead, "lea", "pw-lea-secret")
+            lead.wait_for_url(lambda url: "/accounts/login/" not in url)
+            lead.goto("/team/")
+            lead.locator("#user-ml2").get_by_role("button", name="Deactivate").click()
+            lead.get_by_text("ml2 is ml; only ML staff change that account").wait_for()
+            assert live.call("tests.e2e.test_first_day:user_state", username="ml2")["active"] is True
+            lead.locator("#user-ann").get_by_role("button", name="Deactivate").click()
+            lead.get_by_text("ann deactivated").wait_for()
+            assert lead.locator("#user-ann").get_by_role("button", name="Reactivate").count() == 1
+            other.goto("/")
+            assert "/accounts/login/" in other.url  # the deactivated user's session is over
+            _log_in_form(other, "ann", "ann-new-password-7")
+            other.get_by_text("Wrong username or password.").wait_for()
+            lead.screenshot(path=str(artifacts_dir / "firstday-team-deactivated.png"), full_page=True)
+            # ML staff deactivate and reactivate anyone but themselves.
+            page.goto("/team/")
+            assert page.locator("#user-founder").get_by_role("button", name="Deactivate").count() == 0
+            page.locator("#user-ann").get_by_role("button", name="Reactivate").click()
+            page.get_by_text("ann reactivated").wait_for()
+            other.context.clear_cookies()
+            _log_in_form(other, "ann", "ann-new-password-7")
+            other.wait_for_url(lambda url: "/accounts/login/" not in url)
+        except BaseException:
+            page.screenshot(path=str(artifacts_dir / "firstday-problem3-failed.png"), full_page=True)
+            print(live.log_tail())
+            raise
+        finally:
+            context.close()

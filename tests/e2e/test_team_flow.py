@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests import redis_owner
-from tests.e2e.login import log_in
+from tests.e2e.login import log_in, team_add
 from tests.e2e.phone import PHONE, no_sideways_scroll
 from tests.integration.round_helpers import TEST_OPTIONS, Workers
 from tests.live_server import PASSWORD, LiveServer
@@ -110,12 +110,7 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     shot(ml, "ml-home-empty")
     assert "Create a project" in ml.content()
     ml.get_by_role("link", name="Team").click()
-    for username, role in (("ann1", "annotator"), ("ann2", "annotator"), ("lena", "lead")):
-        ml.fill("#add-user input[name=username]", username)
-        ml.fill("#add-user input[name=password]", f"pw-{username}-secret")
-        ml.locator(f"#add-user input[name=roles][value={role}]").check()
-        ml.get_by_role("button", name="Add user").click()
-        ml.locator(f"#user-{username}").wait_for()
+    team_add(ml, [("ann1", "annotator"), ("ann2", "annotator"), ("lena", "lead")])
     assert "lena" in ml.locator("#users").inner_text()
     shot(ml, "team-admin")
 
