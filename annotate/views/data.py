@@ -30,6 +30,12 @@ class UploadForm(forms.Form):
         allow_empty_file=True, help_text="CSV or JSONL: text (required), id, label; other columns kept as metadata"
     )
     gold_for_test = forms.BooleanField(required=False, label="Gold labels (id,label) for test-set items")
+    keep_duplicates = forms.BooleanField(
+        required=False,
+        label="Keep rows whose text is already in the project",
+        help_text="Off: a row whose text (ignoring differences in spacing) is already in the project, or earlier "
+        "in the file, is skipped and counted.",
+    )
 
     def clean_file(self) -> object:
         upload = self.cleaned_data["file"]
@@ -65,6 +71,7 @@ def import_upload(request: HttpRequest, project_id: int) -> HttpResponse:
                 filename=form.cleaned_data["file"].name,
                 user=request.user,
                 gold_for_test=form.cleaned_data["gold_for_test"],
+                skip_duplicates=not form.cleaned_data["keep_duplicates"],
             )
         return redirect("import_status", project_id=project.id, job_id=job.id)
     jobs = ImportJob.objects.filter(project=project).order_by("-created_at")[:10]

@@ -7,7 +7,9 @@ worker (imports run as tasks on it). One test per numbered problem of the issue:
 2. a round measured on too few labelled test items shows how many are missing instead of an
    accuracy, and an annotator with nothing left in the batch is sent to the Test set queue;
 3. an empty install opens a page that creates the first ML-staff account (then 404); every user
-   changes their password; leads and ML staff deactivate users."""
+   changes their password; leads and ML staff deactivate users;
+9. re-uploading texts already in the project skips them (spacing aside), by default, and says how
+   many; an option keeps them."""
 
 from __future__ import annotations
 
@@ -74,9 +76,11 @@ def _csv(path: Path, n: int, prefix: str) -> Path:
     return path
 
 
-def _upload(page: Any, project: int, path: Path) -> str:
+def _upload(page: Any, project: int, path: Path, *, keep_duplicates: bool = False) -> str:
     page.goto(f"/p/{project}/import/")
     page.set_input_files("input[name=file]", str(path))
+    if keep_duplicates:
+        page.get_by_label("Keep rows whose text is already in the project").check()
     page.get_by_role("button", name="Upload and import").click()
     page.locator("#import-job .status-done, #import-job .status-failed").wait_for(timeout=60_000)
     return str(page.locator("#import-job").inner_text())
@@ -320,3 +324,33 @@ def test_problem_3_first_account_on_an_empty_install_password_change_and_deactiv
             raise
         finally:
             context.close()
+
+
+def test_problem_9_reupload_skips_texts_already_in_the_project_unless_kept(
+    app: tuple[LiveServer, Path], open_as: Any, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    live, _ = app
+    project = live.call("tests.e2e.test_first_day:new_project", name="First day dupes", test_set_size=10)
+    ml = open_as("fd-ml9", ["ml"])
+    first = _upload(ml, project, _csv(tmp_path / "texts.csv", 100, "dupe"))
+    assert "100 items imported" in first and "skipped" not in first, first
+
+    # The same 100 texts again (some with other spacing) and 20 new ones: only the new ones come in.
+    again = tmp_path / "again.csv"
+    with again.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text"])
+        writer.writerows([f"  dupe text  number {i}\n" if i % 2 else f"dupe text number {i}"] for i in range(100))
+        writer.writerows([f"fresh text number {i}"] for i in range(20))
+    status = _upload(ml, project, again)
+    assert "20 items imported" in status, status
+    assert "100 rows skipped" in ml.locator("#rows-skipped").inner_text()
+    ml.screenshot(path=str(artifacts_dir / "firstday-import-skipped.png"), full_page=True)
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project)["items"] == 120
+    ml.goto(f"/p/{project}/import/")
+    assert "100" in ml.locator("tbody tr").first.locator("td[data-label=Skipped]").inner_text()
+
+    # Kept on request: the repeats come in and are reported as repeats.
+    status = _upload(ml, project, _csv(tmp_path / "keep.csv", 5, "dupe"), keep_duplicates=True)
+    assert "5 items imported" in status and "5 rows repeat an earlier text" in status, status
+    assert live.call("tests.e2e.test_first_day:project_counts", project=project)["items"] == 125
