@@ -20,7 +20,7 @@ from annotate.models import ImportJob, Project
 from annotate.roles import LEAD, ML
 from annotate.selectors.projects import test_set_state
 from annotate.services.exports import export_labels, export_predictions
-from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset
+from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset, export_dataset_parquet
 from annotate.services.imports import ImportFailed, detect_format, import_create
 
 
@@ -92,10 +92,19 @@ def import_status(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
     return render(request, "annotate/import_status.html", context)
 
 
+# format → (content type, file extension)
+DOWNLOADS = {
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "csv_raw": ("text/csv; charset=utf-8", "csv"),
+    "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl"),
+    "parquet": ("application/vnd.apache.parquet", "parquet"),
+}
+
+
 def _streamed(chunks: object, *, project: Project, name: str, fmt: str) -> StreamingHttpResponse:
-    content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    response = StreamingHttpResponse(chunks, content_type=f"{content_type}; charset=utf-8")  # type: ignore[arg-type]
-    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{name}.{fmt}"'
+    content_type, extension = DOWNLOADS[fmt]
+    response = StreamingHttpResponse(chunks, content_type=content_type)  # type: ignore[arg-type]
+    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{name}.{extension}"'
     return response
 
 
@@ -108,9 +117,12 @@ def export_page(request: HttpRequest, project_id: int) -> HttpResponseBase:
     form = ExportForm(request.GET if bound else None, project=project)
     if bound and form.is_valid():
         fmt = form.cleaned_data["fmt"]
-        return _streamed(
-            export_dataset(project=project, fmt=fmt, spec=form.spec()), project=project, name="labels", fmt=fmt
+        body = (
+            export_dataset_parquet(project=project, spec=form.spec())
+            if fmt == "parquet"
+            else export_dataset(project=project, fmt=fmt, spec=form.spec())
         )
+        return _streamed(body, project=project, name="labels", fmt=fmt)
     context = {"project": project, "form": form, "columns": DATASET_COLUMNS}
     return render(request, "annotate/export.html", context, status=400 if bound else 200)
 

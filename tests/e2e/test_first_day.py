@@ -9,11 +9,13 @@ worker (imports run as tasks on it). One test per numbered problem of the issue:
 3. an empty install opens a page that creates the first ML-staff account (then 404); every user
    changes their password; leads and ML staff deactivate users;
 9. re-uploading texts already in the project skips them (spacing aside), by default, and says how
-   many; an option keeps them."""
+   many; an option keeps them;
+13. the export offers spreadsheet-safe CSV and exact CSV / JSONL / Parquet, the test set unticked."""
 
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -354,3 +356,62 @@ def test_problem_9_reupload_skips_texts_already_in_the_project_unless_kept(
     status = _upload(ml, project, _csv(tmp_path / "keep.csv", 5, "dupe"), keep_duplicates=True)
     assert "5 items imported" in status and "5 rows repeat an earlier text" in status, status
     assert live.call("tests.e2e.test_first_day:project_counts", project=project)["items"] == 125
+
+
+TRICKY_TEXTS = ["-2+3 is one", "=SUM(A1) looks like a formula", "@home tonight", "plain words"]
+
+
+def labelled_with_tricky_texts(*, name: str) -> dict[str, Any]:
+    """Four labelled pool items whose texts a spreadsheet would run, and one labelled test item."""
+    from annotate.models import Item
+    from tests.live_server import seed_labeling_project
+
+    seeded = seed_labeling_project(name=name, n_items=4, n_test=1)
+    label = next(iter(seeded["labels"].values()))
+    for item_id, text in zip(seeded["items"], TRICKY_TEXTS, strict=True):
+        Item.objects.filter(pk=item_id).update(text=text, final_label_id=label)
+    Item.objects.filter(pk__in=seeded["test_items"]).update(text="a test text", final_label_id=label)
+    return seeded
+
+
+def _download(page: Any, fmt_label: str, tmp_path: Path) -> Path:
+    page.select_option("#export-form select[name=fmt]", label=fmt_label)
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download").click()
+    target = tmp_path / download.value.suggested_filename
+    download.value.save_as(target)
+    return target
+
+
+def _read_csv(path: Path) -> dict[str, list[str]]:
+    """Columns of a CSV as a script reads them (csv module, like pandas.read_csv: no cell altered)."""
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return {name: [row[name] for row in rows] for name in rows[0]}
+
+
+def test_problem_13_export_spreadsheet_safe_or_exact_csv_jsonl_parquet_without_test_rows(
+    app: tuple[LiveServer, Path], open_as: Any, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    live, _ = app
+    project = live.call("tests.e2e.test_first_day:labelled_with_tricky_texts", name="First day export")["project"]
+    lead = open_as("fd-lead13", ["lead"])
+    lead.goto(f"/p/{project}/export/")
+    assert not lead.get_by_label("Include the test set (split = test)").is_checked()
+    lead.screenshot(path=str(artifacts_dir / "firstday-export.png"), full_page=True)
+
+    safe = _read_csv(_download(lead, "CSV for spreadsheets (a cell starting with = + - @ gets a leading ')", tmp_path))
+    assert sorted(safe["text"]) == sorted("'" + t if t[0] in "-=@" else t for t in TRICKY_TEXTS)
+    exact_name = "CSV, texts exactly as they are (pandas, scripts; not for spreadsheets)"
+    exact = _read_csv(_download(lead, exact_name, tmp_path))
+    assert sorted(exact["text"]) == sorted(TRICKY_TEXTS) and set(exact["split"]) == {"train"}
+    lines = _download(lead, "JSON Lines (one object per line, exact)", tmp_path).read_text(encoding="utf-8")
+    assert sorted(json.loads(line)["text"] for line in lines.splitlines()) == sorted(TRICKY_TEXTS)
+    table = pq.read_table(_download(lead, "Parquet (typed columns, exact)", tmp_path)).to_pylist()
+    assert sorted(row["text"] for row in table) == sorted(TRICKY_TEXTS)
+
+    lead.get_by_label("Include the test set (split = test)").check()
+    with_test = _read_csv(_download(lead, exact_name, tmp_path))
+    assert sorted(with_test["split"]) == ["test", "train", "train", "train", "train"]
