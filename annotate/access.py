@@ -56,9 +56,11 @@ def project_of(model: type[Model], kwarg: str) -> ProjectOf:
 class Policy:
     roles: tuple[str, ...]  # admitted roles; empty: any signed-in user
     project: ProjectOf | None  # how the route's project is found; None: a route outside projects
-    auth: Literal["session", "token"] = "session"
+    auth: Literal["session", "token", "public"] = "session"  # public: anyone, signed in or not
 
     def allows(self, user: Any, kwargs: Mapping[str, Any]) -> bool:
+        if self.auth == "public":
+            return True
         if not user.is_authenticated:
             return False
         if not self.roles:
@@ -99,6 +101,13 @@ def role_required(*roles: str, project: ProjectOf | None = None) -> Callable[[Vi
 def signed_in(view: View) -> View:
     """Pages for every signed-in user, whatever their roles (the home page lists what each may open)."""
     return role_required()(view)
+
+
+def public(view: View) -> View:
+    """Pages anyone opens, signed in or not: the login page, and the first-run page (which itself
+    answers 404 once any user exists)."""
+    _attach(view, Policy(roles=(), project=None, auth="public"))
+    return view
 
 
 def _names_project(view: Callable[..., Any]) -> bool:

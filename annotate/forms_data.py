@@ -22,7 +22,12 @@ def _label_choices(project: Project) -> list[tuple[str, str]]:
 class ExportForm(forms.Form):
     fmt = forms.ChoiceField(
         label="Format",
-        choices=[("csv", "CSV (spreadsheets, pandas)"), ("jsonl", "JSON Lines (one object per line)")],
+        choices=[
+            ("csv", "CSV for spreadsheets (a cell starting with = + - @ gets a leading ')"),
+            ("csv_raw", "CSV, texts exactly as they are (pandas, scripts; not for spreadsheets)"),
+            ("jsonl", "JSON Lines (one object per line, exact)"),
+            ("parquet", "Parquet (typed columns, exact)"),
+        ],
         initial="csv",
     )
     columns = forms.MultipleChoiceField(
@@ -39,7 +44,10 @@ class ExportForm(forms.Form):
         label="Only items with a final label", required=False, initial=True,
         help_text="Untick to add items that have labels but no final label yet (open disagreements).",
     )  # fmt: skip
-    include_test = forms.BooleanField(label="Include the test set (split = test)", required=False, initial=True)
+    include_test = forms.BooleanField(
+        label="Include the test set (split = test)", required=False, initial=False,
+        help_text="Off by default: the test set measures the model; training on it makes the curve lie.",
+    )  # fmt: skip
     labels = forms.MultipleChoiceField(
         label="Only these final labels", required=False, widget=forms.CheckboxSelectMultiple
     )

@@ -248,8 +248,8 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "find disagreements for leads. 0.1 = one item in ten.",
             "overlap_annotators": "How many different annotators label each double-labelled item (2 or more).",
             "lease_seconds": "After this long an item an annotator opened but did not label goes to someone else.",
-            "test_set_size": "Drawn at random at the first import and never changed: the learning curve is "
-            "measured on it.",
+            "test_set_size": "Drawn at random at the first import, never more than 30 % of the texts. A new size "
+            "redraws it until round 1 trains; then it is fixed: the learning curve is measured on it.",
             "show_suggestion": "Off by default: seeing the model's guess biases annotators.",
             "auto_retrain_share": "0–1. 1: the round trains by itself when every batch item is labelled, decided "
             "or returned; 0.8: at 80 %; 0: only when ML staff press “Retrain now”.",
@@ -430,3 +430,14 @@ class AdjudicationForm(forms.Form):
     def label(self) -> Label | None:
         decision = self.cleaned_data["decision"]
         return None if decision == UNLABELABLE else self.labels[decision]
+
+
+class ProjectDeleteForm(forms.Form):
+    """Deleting a project is confirmed by typing its name (the service checks it against the name)."""
+
+    confirm_name = forms.CharField(
+        label="Type the project's name to confirm",
+        max_length=200,
+        strip=False,
+        widget=forms.TextInput({"autocomplete": "off"}),
+    )

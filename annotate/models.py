@@ -70,6 +70,8 @@ class Project(models.Model):
     # Off by default: a lead deciding a disagreement they are part of is judge in their own case.
     lead_adjudicates_own = models.BooleanField(default=False)
     test_set_size = models.PositiveIntegerField(default=500)
+    # Set: the project leaves the home page's list (ML staff find it under "Archived"); nothing is deleted.
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -138,7 +140,11 @@ class ImportJob(models.Model):
     rows_done = models.PositiveIntegerField(default=0)
     rows_created = models.PositiveIntegerField(default=0)
     duplicate_texts = models.PositiveIntegerField(default=0)
-    duplicates_sample = models.JSONField(default=list, blank=True)  # [[line, id, first_id], ...]
+    duplicates_sample = models.JSONField(default=list, blank=True)  # [[line, id, first_id, first_line], ...]
+    # On (the upload form's default): a row whose normalised text is already in the project, or earlier
+    # in the file, is skipped and counted in rows_skipped (its sample in duplicates_sample).
+    skip_duplicates = models.BooleanField(default=True)
+    rows_skipped = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
 
 

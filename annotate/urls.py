@@ -17,6 +17,8 @@ urlpatterns = [
     # Project setup (ml)
     path("setup/new/", setup.setup_new, name="setup_new"),
     path("p/<int:project_id>/setup/", setup.project_setup, name="project_setup"),
+    path("p/<int:project_id>/archive/", setup.project_archive, name="project_archive"),
+    path("p/<int:project_id>/delete/", setup.project_delete, name="project_delete"),
     # Leads
     path("p/<int:project_id>/lead/", lead.lead_home, name="lead_home"),
     path("p/<int:project_id>/lead/agreement/", lead.lead_agreement, name="lead_agreement"),
@@ -31,6 +33,7 @@ urlpatterns = [
     # Team (leads, ml)
     path("team/", team.team, name="team"),
     path("team/<int:user_id>/roles/", team.team_roles, name="team_roles"),
+    path("team/<int:user_id>/active/", team.team_user_active, name="team_user_active"),
     path("p/<int:project_id>/members/", team.project_members, name="project_members"),
     path("p/<int:project_id>/members/<int:user_id>/remove/", team.project_member_remove, name="project_member_remove"),
     # Data in and out

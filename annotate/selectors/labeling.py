@@ -223,6 +223,18 @@ def empty_queue_reason(*, project: Project, annotator: Any, queue: str) -> str:
     )
 
 
+def test_labels_wanted(*, project: Project, annotator: Any) -> int:
+    """How many more labelled test items the ML page needs before it shows a round's accuracy, when
+    this annotator can give some (an open test item they have not labelled); 0 otherwise."""
+    from annotate.selectors.rounds import test_set_status
+
+    missing = test_set_status(project=project).missing
+    if not missing:
+        return 0
+    open_items = Item.objects.filter(project=project, is_test=True, final_label__isnull=True)
+    return missing if open_items.exclude(annotations__annotator=annotator).exists() else 0
+
+
 def _empty_test_reason(*, project: Project, annotator: Any) -> str:
     open_items = Item.objects.filter(project=project, is_test=True, final_label__isnull=True)
     if not open_items.exists():

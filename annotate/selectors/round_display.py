@@ -114,17 +114,19 @@ def _pct(value: Any) -> str:
     return f"{100 * float(value):.1f} %" if isinstance(value, int | float) else "—"
 
 
-def metric_lines(metrics: dict[str, Any]) -> list[tuple[str, str]]:
-    """The round's evaluation in words and units (never raw keys)."""
+def metric_lines(metrics: dict[str, Any], *, min_test: int = 0) -> list[tuple[str, str]]:
+    """The round's evaluation in words and units (never raw keys). Measured on fewer than ``min_test``
+    labelled test items, its accuracy is withheld and the line says how many were missing."""
     if not isinstance(metrics, dict) or "accuracy" not in metrics:
         note = metrics.get("note") if isinstance(metrics, dict) else None
         return [("Note", str(note))] if note else []
-    lines = [
-        ("Test accuracy", _pct(metrics.get("accuracy"))),
-        ("Macro-F1", _pct(metrics.get("macro_f1"))),
-        ("Trained on", f"{int(metrics.get('labels', 0))} labels"),
-        ("Test items", f"{int(metrics.get('test_n', 0))}"),
-    ]
+    test_n = int(metrics.get("test_n", 0))
+    if test_n < min_test:
+        withheld = f"withheld: {test_n} labelled test item{'s' * (test_n != 1)}, {min_test - test_n} missing"
+        lines = [("Test accuracy", withheld)]
+    else:
+        lines = [("Test accuracy", _pct(metrics.get("accuracy"))), ("Macro-F1", _pct(metrics.get("macro_f1")))]
+    lines += [("Trained on", f"{int(metrics.get('labels', 0))} labels"), ("Test items", f"{test_n}")]
     adapters = metrics.get("adapters") or {}
     if adapters.get("k"):
         lines.append(("Adapters", adapters_sentence(adapters)))
@@ -225,7 +227,7 @@ def cost_lines(cost: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
-def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[RoundView]:
+def round_views(*, rounds: list[Round], now: datetime | None = None, min_test: int = 0) -> list[RoundView]:
     now = now or timezone.now()
     views = []
     for row in rounds:
@@ -241,7 +243,7 @@ def round_views(*, rounds: list[Round], now: datetime | None = None) -> list[Rou
             view.batch = batch_status(round=row)
         view.finished = view.batch.finished if view.batch else batch_items_finished(round=row)
         view.stalled = _stalled(row, elapsed)
-        view.metrics = metric_lines(row.metrics or {})
+        view.metrics = metric_lines(row.metrics or {}, min_test=min_test)
         view.cost = cost_lines(row.cost or {})
         view.config = config_lines(row.config or {})
         view.training = training_sentence(row)

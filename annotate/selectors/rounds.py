@@ -4,6 +4,7 @@ selection strategy in charge."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
@@ -12,15 +13,48 @@ from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
 
+# Below this many labelled test items one item moves the accuracy by more than 3 points: the ML page
+# withholds the accuracy and the curve instead of plotting noise ("Test accuracy 0.0 % · Test items: 1").
+# A smaller test set needs every one of its items.
+MIN_TEST_LABELS = 30
+
 
 @dataclass(frozen=True)
 class TestSetStatus:
+    __test__ = False  # not a pytest class
+
     size: int
     labelled: int  # test items with a final label (imported gold, or agreed by annotators): what evaluation uses
 
     @property
     def percent(self) -> int:
         return round(100 * self.labelled / self.size) if self.size else 0
+
+    @property
+    def required(self) -> int:
+        """Labelled test items a round's accuracy is shown from."""
+        return min(MIN_TEST_LABELS, self.size) if self.size else MIN_TEST_LABELS
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.required - self.labelled)
+
+
+def curve_withheld(*, test_set: TestSetStatus, evaluation: Mapping[str, object] | None) -> str:
+    """Why the learning curve and the latest accuracy are not shown ("" when they are): the newest
+    evaluated round (``latest_evaluation``) was measured on fewer labelled test items than
+    ``test_set.required``."""
+    evaluated_on = evaluation.get("test_n") if evaluation else None
+    if not isinstance(evaluated_on, int) or evaluated_on >= test_set.required:
+        return ""
+    now = f"{test_set.labelled} are labelled now"
+    if test_set.missing:
+        now += f"; {test_set.missing} more are missing"
+    return (
+        f"Accuracy withheld: the latest round was measured on {evaluated_on} labelled test "
+        f"item{'s' * (evaluated_on != 1)}, and it takes {test_set.required} to mean something ({now}). "
+        "Annotators label them in the Test set queue, or import gold labels."
+    )
 
 
 def _count(qs: QuerySet) -> Coalesce:  # type: ignore[type-arg]
@@ -109,6 +143,7 @@ def latest_evaluation(*, project: Project) -> dict[str, object] | None:
         "kappa_model_human": metrics.get("kappa_model_human"),
         "kappa_human_human": metrics.get("kappa_human_human"),
         "labels": metrics.get("labels"),
+        "test_n": int(metrics.get("test_n") or 0),
         "gain_per_100": cost.get("accuracy_gain_per_100_labels"),
         "reliability_uri": "data:image/svg+xml;base64," + base64.b64encode(str(reliability).encode()).decode("ascii")
         if reliability

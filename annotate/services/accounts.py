@@ -102,3 +102,34 @@ def membership_remove(*, actor_roles: set[str], project: Any, user: Any) -> None
     if current.role not in grantable_roles(actor_roles):
         raise AccountError(f"{user.username} is {current.role} in this project; only ML staff remove that")
     current.delete()
+
+
+@transaction.atomic
+def first_user_create(*, username: str, password: str) -> Any:
+    """The first account of an empty install: ML staff (who then add everyone else on the Team page).
+    Refused once any user exists, so the first-run page can never make a second one."""
+    from annotate.roles import ML
+
+    if get_user_model().objects.exists():
+        raise AccountError("this install already has users: ask ML staff for an account")
+    return user_create(username=username.strip(), password=password, roles=[ML])
+
+
+@transaction.atomic
+def user_active_set(*, actor: Any, actor_roles: set[str], user: Any, active: bool) -> Any:
+    """Deactivate (no login, no API token, its sessions end, its leased items go back to the queue;
+    its labels stay) or reactivate a user. Leads may do it to annotators and leads, ML staff to anyone
+    but administrators; nobody to themselves."""
+    from annotate.models import Lease
+
+    _check_target(user)
+    if user.pk == actor.pk:
+        raise AccountError("you cannot deactivate yourself")
+    beyond = set(user.groups.filter(name__in=ALL_ROLES).values_list("name", flat=True)) - grantable_roles(actor_roles)
+    if beyond:
+        raise AccountError(f"{user.username} is {', '.join(sorted(beyond))}; only ML staff change that account")
+    user.is_active = active
+    user.save(update_fields=["is_active"])
+    if not active:
+        Lease.objects.filter(annotator=user).delete()
+    return user

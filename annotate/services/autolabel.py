@@ -503,7 +503,7 @@ def run_request(
     return row
 
 
-def _run_dir(run: AutolabelRun) -> Path:
+def run_dir(run: AutolabelRun) -> Path:
     return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
 
 
@@ -546,7 +546,7 @@ def run_plan(*, run_id: int) -> AutolabelRun:
 def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
     """The run's items: the unlabelled pool minus items already decided under this (prompt, adapter
     set). Written once to items.npy, so a replayed plan sees the same list."""
-    path = _run_dir(run) / "items.npy"
+    path = run_dir(run) / "items.npy"
     if path.is_file():
         return np.load(path)
     pool = auto_sel.unlabelled_pool(project=run.project)
@@ -639,7 +639,7 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
 
 def _shard_items(row: AutolabelShard) -> list[int]:
     run = row.run
-    ids = np.load(_run_dir(run) / "items.npy")
+    ids = np.load(run_dir(run) / "items.npy")
     mine = ids[pipeline.shard_of(ids, run.n_shards) == row.shard].tolist()
     decided = set(
         AutoLabel.objects.filter(

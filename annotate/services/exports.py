@@ -5,9 +5,10 @@ final label, every annotator's label, the adjudication, the round it was selecte
 Predictions: one row per (item id, prompt hash, adapter-set hash) — the unique key of Prediction, so a
 rerun with new adapters adds rows with a new key instead of overwriting or duplicating old ones.
 
-CSV is for spreadsheets: a text cell that a spreadsheet would run as a formula (it starts with ``=``,
-``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'`` (OWASP's CSV-injection rule), so
-opening an export never executes what an annotator or an imported file wrote. JSONL is the exact copy.
+CSV (``csv``) is for spreadsheets: a text cell that a spreadsheet would run as a formula (it starts
+with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'`` (OWASP's CSV-injection
+rule), so opening an export never executes what an annotator or an imported file wrote. Raw CSV
+(``csv_raw``: for pandas and scripts, never to open in a spreadsheet), JSONL and Parquet are exact.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -50,6 +53,7 @@ PREDICTION_FIELDS = [
     "created_at",
 ]
 ITEM_CHUNK = 2000
+PARQUET_READ = 1 << 20
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP CSV injection: what a spreadsheet evaluates
 
 
@@ -131,24 +135,55 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
+def raw_csv_cell(value: Any) -> Any:
+    """A value as a raw CSV cell: nested values as JSON, text exactly as it is."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
+
+
 def render(rows: Iterable[dict[str, Any]], *, fmt: str, fields: list[str]) -> Iterator[str]:
-    """Serialise rows as CSV (nested values as JSON, formulas defused) or JSONL (exact), one chunk of
-    text per row."""
+    """Serialise rows as CSV (nested values as JSON, formulas defused), raw CSV (``csv_raw``, texts
+    exact) or JSONL (exact), one chunk of text per row."""
     if fmt == "jsonl":
         for row in rows:
             yield json.dumps(row, ensure_ascii=False) + "\n"
         return
-    if fmt != "csv":
-        raise ValueError(f"unknown export format {fmt!r} (csv or jsonl)")
+    if fmt not in ("csv", "csv_raw"):
+        raise ValueError(f"unknown export format {fmt!r} (csv, csv_raw or jsonl)")
+    cell = csv_cell if fmt == "csv" else raw_csv_cell
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields)
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: csv_cell(v) for k, v in row.items()})
+        writer.writerow({k: cell(v) for k, v in row.items()})
         yield buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()
     yield buffer.getvalue()
+
+
+def render_parquet(rows: Iterable[dict[str, Any]], *, schema: Any, chunk: int = ITEM_CHUNK) -> Iterator[bytes]:
+    """Rows as Parquet with ``schema`` (a pyarrow schema): row groups of ``chunk`` rows written to a
+    temp file, then streamed out in 1 MiB parts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    handle, path = tempfile.mkstemp(suffix=".parquet")
+    os.close(handle)
+    try:
+        with pq.ParquetWriter(path, schema) as writer:
+            batch: list[dict[str, Any]] = []
+            for row in rows:
+                batch.append(row)
+                if len(batch) >= chunk:
+                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                    batch = []
+            if batch:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        with open(path, "rb") as f:
+            while part := f.read(PARQUET_READ):
+                yield part
+    finally:
+        os.unlink(path)
 
 
 def export_labels(*, project: Project, fmt: str) -> Iterator[str]:

@@ -4,13 +4,11 @@ set, run — as CSV, JSONL or Parquet, streamed in item-id chunks (bounded memor
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from annotate.models import Adjudication, AutoLabel, GoldItem, Item, Project
-from annotate.services.exports import render
+from annotate.services.exports import render, render_parquet
 
 DATASET_FIELDS = [
     "item_id",
@@ -26,7 +24,6 @@ DATASET_FIELDS = [
     "is_gold",
 ]
 CHUNK = 2000
-PARQUET_READ = 1 << 20
 
 
 def dataset_rows(project: Project) -> Iterator[dict[str, Any]]:
@@ -81,9 +78,7 @@ def _rows(chunk: list[Item]) -> Iterator[dict[str, Any]]:
 
 
 def _parquet(rows: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-    """Row groups of CHUNK rows written to a temp file, then streamed out."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = pa.schema(
         [
@@ -100,23 +95,7 @@ def _parquet(rows: Iterator[dict[str, Any]]) -> Iterator[bytes]:
             ("is_gold", pa.bool_()),
         ]
     )
-    handle, path = tempfile.mkstemp(suffix=".parquet")
-    os.close(handle)
-    try:
-        with pq.ParquetWriter(path, schema) as writer:
-            batch: list[dict[str, Any]] = []
-            for row in rows:
-                batch.append(row)
-                if len(batch) >= CHUNK:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    batch = []
-            if batch:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-        with open(path, "rb") as f:
-            while part := f.read(PARQUET_READ):
-                yield part
-    finally:
-        os.unlink(path)
+    return render_parquet(rows, schema=schema, chunk=CHUNK)
 
 
 def export_dataset(*, project: Project, fmt: str) -> Iterator[str]:

@@ -1,13 +1,15 @@
 """The label export a training script reads: one row per item with its text, final label, where it
 came from, who labelled it and how much they agreed, plus the item's metadata as columns.
 
-Rows go through ``annotate.services.exports.render`` (CSV or JSONL), so every CSV cell gets the same
-treatment as the other exports. Default: items with a final label only (test items included, marked
-by ``split``); the export page picks the columns and filters.
+Rows go through ``annotate.services.exports.render`` (spreadsheet-safe CSV, raw CSV or JSONL) or
+``render_parquet``, so every cell gets the same treatment as the other exports. Default: items with a
+final label only (test items included, marked by ``split``); the export page picks the columns and
+filters, and leaves the test set out unless it is ticked.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from annotate.models import Annotation, BatchItem, Item, Project
-from annotate.services.exports import render
+from annotate.services.exports import render, render_parquet
 
 DATASET_COLUMNS: dict[str, str] = {
     "id": "the item's id (from the import)",
@@ -35,6 +37,8 @@ DATASET_COLUMNS: dict[str, str] = {
 DEFAULT_COLUMNS = ("id", "text", "label", "split", "source", "round", "annotators", "agreement")
 META_PREFIX = "meta."
 CHUNK = 2000
+# Parquet column types; every other column (meta.* too) is a string.
+PARQUET_TYPES = {"round": "int64", "n_labels": "int64", "agreement": "float64"}
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,23 @@ def dataset_rows(*, project: Project, spec: DatasetFilter, fields: list[str]) ->
 
 
 def export_dataset(*, project: Project, fmt: str, spec: DatasetFilter | None = None) -> Iterator[str]:
-    """The training export as CSV or JSONL text chunks (header first for CSV)."""
+    """The training export as spreadsheet-safe CSV (``csv``), raw CSV (``csv_raw``) or JSONL text
+    chunks (header first for CSV)."""
     spec = spec or DatasetFilter()
     fields = dataset_fields(project=project, spec=spec)
     return render(dataset_rows(project=project, spec=spec, fields=fields), fmt=fmt, fields=fields)
+
+
+def export_dataset_parquet(*, project: Project, spec: DatasetFilter | None = None) -> Iterator[bytes]:
+    """The training export as Parquet: typed columns (PARQUET_TYPES, else strings; a metadata value
+    that is not a string as JSON)."""
+    import pyarrow as pa
+
+    spec = spec or DatasetFilter()
+    fields = dataset_fields(project=project, spec=spec)
+    schema = pa.schema([(name, pa.type_for_alias(PARQUET_TYPES.get(name, "string"))) for name in fields])
+    rows = (
+        {k: v if k in PARQUET_TYPES or v is None or isinstance(v, str) else json.dumps(v) for k, v in row.items()}
+        for row in dataset_rows(project=project, spec=spec, fields=fields)
+    )
+    return render_parquet(rows, schema=schema, chunk=CHUNK)

@@ -3,8 +3,10 @@ kept as metadata.
 
 Two streaming passes over the file. The first validates every row and reports the first problem
 precisely (file, line, what); it writes nothing but progress. The second inserts in chunks inside one
-transaction, so a failed import leaves nothing behind. Duplicate texts (same sha256) are counted and
-reported with their line numbers, never merged: both rows become items.
+transaction, so a failed import leaves nothing behind. With ``skip_duplicates`` (the upload form's
+default) a row whose normalised text (``normalised_text_hash``) is already in the project, or on an
+earlier line of the file, is skipped and counted; without it, duplicate texts (same sha256) are
+counted and reported with their line numbers, never merged: both rows become items.
 
 What the database or the model cannot take is refused with its line, never cleaned silently: a NUL
 character (PostgreSQL stores no NUL in text or JSON), a lone surrogate (not Unicode: neither UTF-8, the
@@ -19,6 +21,7 @@ its message; a job never stays "running" because of a bug.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import csv
 import functools
@@ -103,7 +106,16 @@ class ImportReport:
     created: int = 0
     duplicate_texts: int = 0
     duplicates_sample: list[list[Any]] = field(default_factory=list)
+    skipped: int = 0  # rows left out: their normalised text was already there (skip_duplicates)
+    skipped_lines: array.array[int] = field(default_factory=lambda: array.array("q"))  # ascending
     seconds: float = 0.0
+
+
+def normalised_text_hash(text: str) -> str:
+    """The text as a reader sees it: Unicode NFC, runs of white space as one space, none at the ends.
+    Two rows with the same normalised text are the same text to label ("Great  film" and "Great film\n");
+    case and punctuation stay significant (they can change the label)."""
+    return text_hash(" ".join(unicodedata.normalize("NFC", text).split()))
 
 
 def detect_format(filename: str) -> str:
@@ -410,38 +422,63 @@ FIRST_SEEN_CACHE_KB = 16_000  # SQLite page cache of each FirstSeen store
 
 
 def _validate(
-    path: Path, *, project: Project, filename: str, progress: Progress | None, gold_for_test: bool
+    path: Path,
+    *,
+    project: Project,
+    filename: str,
+    progress: Progress | None,
+    gold_for_test: bool,
+    skip_duplicates: bool = False,
 ) -> ImportReport:
-    """First pass: every check that needs the whole file or the database; no writes."""
+    """First pass: every check that needs the whole file or the database; no writes. With
+    ``skip_duplicates`` a row whose normalised text is already there is recorded as skipped before its
+    other checks (it will not be written, so its id cannot clash)."""
     labels = set(Label.objects.filter(project=project).values_list("name", flat=True))
     if gold_for_test:
         return _validate_gold(path, project=project, filename=filename, progress=progress, labels=labels)
+    key = normalised_text_hash if skip_duplicates else text_hash
     ids, texts = FirstSeen(), FirstSeen()
     try:
-        existing = Item.objects.filter(project=project).values_list("external_id", "text_hash")
-        ids.add_many((e, 0, e) for e, _ in existing.iterator(chunk_size=5000))  # line 0: already in the project
-        texts.add_many((h, 0, e) for e, h in existing.iterator(chunk_size=5000))
+        existing = Item.objects.filter(project=project)
+        ids.add_many((e, 0, e) for e in existing.values_list("external_id", flat=True).iterator(chunk_size=5000))
+        # line 0: already in the project. The stored text_hash is the raw text's; skipping compares
+        # normalised texts, so it reads the project's texts once.
+        pairs: Iterable[tuple[str, str]]
+        if skip_duplicates:
+            pairs = ((e, key(t)) for e, t in existing.values_list("external_id", "text").iterator(chunk_size=5000))
+        else:
+            pairs = existing.values_list("external_id", "text_hash").iterator(chunk_size=5000)
+        texts.add_many((h, 0, e) for e, h in pairs)
         report = ImportReport()
         for row in iter_rows(path, filename=filename, progress=progress, gold=False):
             report.rows += 1
+            external_id = row.external_id or f"{filename}:{row.line}"
+            first_text = texts.add(key(row.text), row.line, external_id)
+            if first_text is not None and skip_duplicates:
+                report.skipped += 1
+                report.skipped_lines.append(row.line)
+                _sample_duplicate(report, row.line, external_id, first_text)
+                continue
             if row.label and row.label not in labels:
                 raise ImportFailed(filename, row.line, _unknown_label(row.label, labels))
-            external_id = row.external_id or f"{filename}:{row.line}"
             first_id = ids.add(external_id, row.line, external_id)
             if first_id is not None:
                 where = "already in the project" if first_id[0] == 0 else f"first on line {first_id[0]}"
                 raise ImportFailed(filename, row.line, f"duplicate id {external_id!r} ({where})")
-            first_text = texts.add(text_hash(row.text), row.line, external_id)
             if first_text is not None:
                 report.duplicate_texts += 1
-                if len(report.duplicates_sample) < DUPLICATE_SAMPLE:
-                    report.duplicates_sample.append([row.line, external_id, first_text[1], first_text[0]])
+                _sample_duplicate(report, row.line, external_id, first_text)
     finally:
         ids.close()
         texts.close()
     if report.rows == 0:
         raise ImportFailed(filename, None, _no_rows(filename))
     return report
+
+
+def _sample_duplicate(report: ImportReport, line: int, external_id: str, first: tuple[int, str]) -> None:
+    if len(report.duplicates_sample) < DUPLICATE_SAMPLE:
+        report.duplicates_sample.append([line, external_id, first[1], first[0]])
 
 
 def _no_rows(filename: str) -> str:
@@ -512,14 +549,20 @@ def _insert_sql() -> str:
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(placeholders)})"
 
 
-def _insert(path: Path, *, project: Project, job: ImportJob | None, filename: str) -> int:
+def _insert(path: Path, *, project: Project, job: ImportJob | None, filename: str, skip: Iterable[int] = ()) -> int:
+    """Second pass: every row but the ``skip`` lines (ascending), in chunks."""
     label_ids = dict(Label.objects.filter(project=project).values_list("name", "id"))
     sql = _insert_sql()
     job_id = job.id if job is not None else None
     created = 0
     chunk: list[tuple[Any, ...]] = []
+    skipped = iter(skip)
+    next_skip = next(skipped, None)
     with connection.cursor() as cursor:
         for row in iter_rows(path, filename=filename):
+            if row.line == next_skip:
+                next_skip = next(skipped, None)
+                continue
             chunk.append(
                 (
                     project.id,
@@ -624,26 +667,43 @@ def import_items(
     job: ImportJob | None = None,
     progress: Progress | None = None,
     gold_for_test: bool = False,
+    skip_duplicates: bool = False,
 ) -> ImportReport:
     """Validate then insert (or apply gold labels), one import per project at a time. Raises
-    ImportFailed (ImportBusy while another import into the project runs); on failure nothing is written."""
+    ImportFailed (ImportBusy while another import into the project runs); on failure nothing is written.
+    ``skip_duplicates``: rows whose normalised text is already in the project (or earlier in the file)
+    are left out and counted (``report.skipped``)."""
     name = filename or path.name
     started = time.monotonic()
     with _import_slot(project, name):
-        report = _validate(path, project=project, filename=name, progress=progress, gold_for_test=gold_for_test)
+        report = _validate(
+            path,
+            project=project,
+            filename=name,
+            progress=progress,
+            gold_for_test=gold_for_test,
+            skip_duplicates=skip_duplicates,
+        )
         with transaction.atomic():
             if gold_for_test:
                 report.created = _apply_gold(path, project=project, filename=name)
             else:
-                report.created = _insert(path, project=project, job=job, filename=name)
+                report.created = _insert(path, project=project, job=job, filename=name, skip=report.skipped_lines)
     report.seconds = time.monotonic() - started
     return report
 
 
 def import_create(
-    *, project: Project, path: Path, filename: str, user: Any = None, gold_for_test: bool = False
+    *,
+    project: Project,
+    path: Path,
+    filename: str,
+    user: Any = None,
+    gold_for_test: bool = False,
+    skip_duplicates: bool = True,
 ) -> ImportJob:
-    """Record an import; ``annotate.import_run`` is sent once this commits."""
+    """Record an import; ``annotate.import_run`` is sent once this commits. It skips rows whose
+    normalised text is already in the project unless ``skip_duplicates`` is off."""
     from annotate.services.queue import send_on_commit
 
     job = ImportJob.objects.create(
@@ -653,6 +713,7 @@ def import_create(
         path=str(path),
         total_bytes=path.stat().st_size,
         as_gold_for_test=gold_for_test,
+        skip_duplicates=skip_duplicates,
     )
     send_on_commit("annotate.import_run", job.id)
     return job
@@ -697,6 +758,7 @@ def _run(job: ImportJob) -> ImportReport:
         job=job,
         progress=progress,
         gold_for_test=job.as_gold_for_test,
+        skip_duplicates=job.skip_duplicates,
     )
     if not job.as_gold_for_test:
         test_set_draw(project=job.project)
@@ -733,7 +795,10 @@ def _finish(job: ImportJob, *, rows_created: int, report: ImportReport | None = 
     }
     if report is not None:
         fields.update(
-            rows_done=report.rows, duplicate_texts=report.duplicate_texts, duplicates_sample=report.duplicates_sample
+            rows_done=report.rows,
+            duplicate_texts=report.duplicate_texts,
+            duplicates_sample=report.duplicates_sample,
+            rows_skipped=report.skipped,
         )
     ImportJob.objects.filter(id=job.id).update(**fields)
     job.refresh_from_db()

@@ -24,6 +24,7 @@ from annotate.selectors.labeling import (
     progress_for,
     project_labels,
     suggestion_for,
+    test_labels_wanted,
 )
 from annotate.services.labeling import (
     AlreadyLabelled,
@@ -74,7 +75,10 @@ def _panel(
         "progress": progress_for(project=project, annotator=request.user, fresh=shown is None),
         "empty_reason": empty_queue_reason(project=project, annotator=request.user, queue=queue)
         if shown is None
-        else "",
+        else "",  # An empty batch queue points at the Test set queue when the test set is what holds things up.
+        "test_wanted": test_labels_wanted(project=project, annotator=request.user)
+        if shown is None and queue == "batch"
+        else 0,
     }
     if request.htmx:  # type: ignore[attr-defined]
         return render(request, f"{TEMPLATE}#panel", context, status=status)

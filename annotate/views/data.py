@@ -18,8 +18,9 @@ from annotate.access import role_required
 from annotate.forms_data import ExportForm
 from annotate.models import ImportJob, Project
 from annotate.roles import LEAD, ML
+from annotate.selectors.projects import test_set_state
 from annotate.services.exports import export_labels, export_predictions
-from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset
+from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset, export_dataset_parquet
 from annotate.services.imports import ImportFailed, detect_format, import_create
 
 
@@ -29,6 +30,12 @@ class UploadForm(forms.Form):
         allow_empty_file=True, help_text="CSV or JSONL: text (required), id, label; other columns kept as metadata"
     )
     gold_for_test = forms.BooleanField(required=False, label="Gold labels (id,label) for test-set items")
+    keep_duplicates = forms.BooleanField(
+        required=False,
+        label="Keep rows whose text is already in the project",
+        help_text="Off: a row whose text (ignoring differences in spacing) is already in the project, or earlier "
+        "in the file, is skipped and counted.",
+    )
 
     def clean_file(self) -> object:
         upload = self.cleaned_data["file"]
@@ -64,10 +71,12 @@ def import_upload(request: HttpRequest, project_id: int) -> HttpResponse:
                 filename=form.cleaned_data["file"].name,
                 user=request.user,
                 gold_for_test=form.cleaned_data["gold_for_test"],
+                skip_duplicates=not form.cleaned_data["keep_duplicates"],
             )
         return redirect("import_status", project_id=project.id, job_id=job.id)
     jobs = ImportJob.objects.filter(project=project).order_by("-created_at")[:10]
-    return render(request, "annotate/import.html", {"project": project, "form": form, "jobs": jobs})
+    context = {"project": project, "form": form, "jobs": jobs, "test_set": test_set_state(project=project)}
+    return render(request, "annotate/import.html", context)
 
 
 @role_required(ML)
@@ -83,10 +92,19 @@ def import_status(request: HttpRequest, project_id: int, job_id: int) -> HttpRes
     return render(request, "annotate/import_status.html", context)
 
 
+# format → (content type, file extension)
+DOWNLOADS = {
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "csv_raw": ("text/csv; charset=utf-8", "csv"),
+    "jsonl": ("application/x-ndjson; charset=utf-8", "jsonl"),
+    "parquet": ("application/vnd.apache.parquet", "parquet"),
+}
+
+
 def _streamed(chunks: object, *, project: Project, name: str, fmt: str) -> StreamingHttpResponse:
-    content_type = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    response = StreamingHttpResponse(chunks, content_type=f"{content_type}; charset=utf-8")  # type: ignore[arg-type]
-    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{name}.{fmt}"'
+    content_type, extension = DOWNLOADS[fmt]
+    response = StreamingHttpResponse(chunks, content_type=content_type)  # type: ignore[arg-type]
+    response["Content-Disposition"] = f'attachment; filename="project{project.id}-{name}.{extension}"'
     return response
 
 
@@ -99,9 +117,12 @@ def export_page(request: HttpRequest, project_id: int) -> HttpResponseBase:
     form = ExportForm(request.GET if bound else None, project=project)
     if bound and form.is_valid():
         fmt = form.cleaned_data["fmt"]
-        return _streamed(
-            export_dataset(project=project, fmt=fmt, spec=form.spec()), project=project, name="labels", fmt=fmt
+        body = (
+            export_dataset_parquet(project=project, spec=form.spec())
+            if fmt == "parquet"
+            else export_dataset(project=project, fmt=fmt, spec=form.spec())
         )
+        return _streamed(body, project=project, name="labels", fmt=fmt)
     context = {"project": project, "form": form, "columns": DATASET_COLUMNS}
     return render(request, "annotate/export.html", context, status=400 if bound else 200)
 

@@ -5,7 +5,7 @@ from django.shortcuts import render
 
 from annotate.access import signed_in
 from annotate.roles import LEAD, ML, roles_of
-from annotate.selectors.projects import project_cards
+from annotate.selectors.projects import archived_projects, project_cards
 
 
 @signed_in
@@ -15,6 +15,7 @@ def home(request: HttpRequest) -> HttpResponse:
     roles = roles_of(request.user)
     context = {
         "cards": project_cards(user=request.user),
+        "archived": archived_projects(user=request.user),
         "roles": sorted(roles),
         "is_lead": LEAD in roles,
         "is_ml": ML in roles,

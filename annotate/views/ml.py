@@ -27,13 +27,17 @@ from annotate.services.rounds import RoundError, round_request_final, round_requ
 
 def _live_context(project: Project, **extra: object) -> dict[str, object]:
     rounds = rounds_sel.rounds_with_progress(project=project)
+    test_set = rounds_sel.test_set_status(project=project)
+    evaluation = rounds_sel.latest_evaluation(project=project)
+    withheld = rounds_sel.curve_withheld(test_set=test_set, evaluation=evaluation)
     return {
         "project": project,
-        "rounds": round_views(rounds=rounds),
+        "rounds": round_views(rounds=rounds, min_test=test_set.required),
         "active": rounds_sel.any_round_active(project=project),
-        "test_set": rounds_sel.test_set_status(project=project),
-        "curve_uri": rounds_sel.learning_curve_data_uri(project=project),
-        "evaluation": rounds_sel.latest_evaluation(project=project),
+        "test_set": test_set,
+        "withheld": withheld,
+        "curve_uri": None if withheld else rounds_sel.learning_curve_data_uri(project=project),
+        "evaluation": None if withheld else evaluation,
         "stopping": stopping_sel.stopping_report(project=project),
         "selection": rounds_sel.selection_in_charge(project=project),
         "n_rounds": len(rounds),

@@ -7,12 +7,16 @@ import nh3
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from annotate.access import role_required
-from annotate.forms_setup import ProjectSetupForm
+from annotate.forms_setup import ProjectDeleteForm, ProjectSetupForm
 from annotate.models import Project
 from annotate.roles import ML
-from annotate.services.projects import ProjectError, project_create
+from annotate.selectors.projects import setup_progress, test_set_state
+from annotate.services.projects import ProjectError, TestSetRedraw, project_create
+from annotate.services.projects import project_archive as project_archive_service
+from annotate.services.projects import project_delete as project_delete_service
 from annotate.services.setup import project_update
 
 
@@ -24,8 +28,18 @@ def guidelines_html(text: str) -> str:
 def _render(request: HttpRequest, form: ProjectSetupForm, project: Project | None) -> HttpResponse:
     preview = guidelines_html(form["guidelines"].value() or "")
     status = 400 if form.is_bound and form.errors else 200
-    context = {"form": form, "project": project, "guidelines_preview": preview}
+    test_set = test_set_state(project=project) if project is not None else None
+    context = {"form": form, "project": project, "guidelines_preview": preview, "test_set": test_set}
     return render(request, "annotate/setup.html", context, status=status)
+
+
+def redraw_message(redraw: TestSetRedraw | None) -> str:
+    if redraw is None:
+        return ""
+    returned = ""
+    if redraw.labelled_returned:
+        returned = f"; {redraw.labelled_returned} labelled test items went back to the pool"
+    return f" The test set was redrawn: {redraw.after} items (was {redraw.before}){returned}."
 
 
 @role_required(ML)
@@ -55,7 +69,7 @@ def project_setup(request: HttpRequest, project_id: int) -> HttpResponse:
     form = ProjectSetupForm(request.POST or None, instance=project)
     if request.method == "POST" and form.is_valid():
         try:
-            project_update(
+            saved = project_update(
                 project=project,
                 labels=form.cleaned_data["labels_text"],
                 name=form.cleaned_data["name"],
@@ -64,8 +78,38 @@ def project_setup(request: HttpRequest, project_id: int) -> HttpResponse:
         except ProjectError as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, "Setup saved.")
+            messages.success(request, "Setup saved." + redraw_message(saved.redraw))
             for warning in form.case_warnings:
                 messages.warning(request, warning)
             return redirect("project_setup", project_id=project.pk)
     return _render(request, form, project)
+
+
+@role_required(ML)
+@require_POST
+def project_archive(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    archived = request.POST.get("archived") == "1"
+    project_archive_service(project=project, archived=archived)
+    if archived:
+        messages.success(request, f"“{project.name}” archived: it is listed under Archived on the home page.")
+        return redirect("home")
+    messages.success(request, f"“{project.name}” is back on the home page.")
+    return redirect("project_setup", project_id=project.pk)
+
+
+@role_required(ML)
+def project_delete(request: HttpRequest, project_id: int) -> HttpResponse:
+    """A confirmation page: the project's name typed exactly deletes it and everything in it."""
+    project = get_object_or_404(Project, pk=project_id)
+    form = ProjectDeleteForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            name = project_delete_service(project=project, confirm_name=form.cleaned_data["confirm_name"])
+        except ProjectError as exc:
+            form.add_error("confirm_name", str(exc))
+        else:
+            messages.success(request, f"Project “{name}” deleted.")
+            return redirect("home")
+    context = {"project": project, "form": form, "progress": setup_progress(project=project)}
+    return render(request, "annotate/project_delete.html", context, status=400 if form.is_bound else 200)

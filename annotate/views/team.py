@@ -19,6 +19,7 @@ from annotate.services.accounts import (
     grantable_roles,
     membership_remove,
     membership_set,
+    user_active_set,
     user_create_by,
     user_roles_set,
 )
@@ -76,6 +77,22 @@ def team_roles(request: HttpRequest, user_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Roles of {user.username} saved.")
+    return redirect("team")
+
+
+@role_required(LEAD, ML)
+@require_POST
+def team_user_active(request: HttpRequest, user_id: int) -> HttpResponse:
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    active = request.POST.get("active") == "1"
+    try:
+        user_active_set(actor=request.user, actor_roles=roles_of(request.user), user=user, active=active)
+    except AccountError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request, f"{user.username} {'reactivated' if active else 'deactivated: they can no longer log in'}."
+        )
     return redirect("team")
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.live_server import PASSWORD, LiveServer
+from tests.e2e.login import log_in
+from tests.live_server import LiveServer
 from tests.prerequisites import missing_prerequisite
 
 # Playwright's sync API runs an event loop in this thread; ORM calls from here would trip Django's check.
@@ -83,13 +84,8 @@ def user_page(
             base_url=live_app.url, java_script_enabled=javascript, viewport={"width": 1200, "height": 900}
         )
         context.set_default_timeout(15_000)
-        page = context.new_page()
+        page = log_in(context, username)
         opened.append((username, context, page))
-        page.goto("/accounts/login/")
-        page.fill("input[name=username]", username)
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(lambda url: "/accounts/login/" not in url)
         return page
 
     yield login

@@ -28,6 +28,7 @@ def test_demo_setup_ends_on_a_page_where_the_annotator_labels_trec(
         passwords = dict(re.findall(r"user (\w+)\s+password (\S+)", out))
         assert set(passwords) == {"annotator", "annotator2", "lead", "ml"}
         assert "5,452 items" in out
+        assert "an empty install (no user yet) opens /accounts/first-user/" in out  # issue 32, problem 3
         again = live.manage("demo_setup", "--data", str(trec))  # idempotent: same project, new passwords
         assert "5,452 items" in again
         passwords = dict(re.findall(r"user (\w+)\s+password (\S+)", again))

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests import redis_owner
+from tests.e2e.login import log_in, team_add
 from tests.e2e.phone import PHONE, no_sideways_scroll
 from tests.integration.round_helpers import TEST_OPTIONS, Workers
 from tests.live_server import PASSWORD, LiveServer
@@ -80,16 +81,6 @@ def _context(browser: Any, live: LiveServer, viewport: dict[str, int] | None = N
     return context
 
 
-def _log_in(context: Any, username: str, password: str) -> Any:
-    page = context.new_page()
-    page.goto("/accounts/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "/accounts/login/" not in url)
-    return page
-
-
 def _label_queue(page: Any, keys: str) -> int:
     """Press `keys` one per item while the panel shows an item; returns how many were labelled."""
     done = 0
@@ -115,16 +106,11 @@ def test_empty_install_to_a_trained_model_in_the_browser(
 
     # -- ML staff: the team, then the project with its upload -----------------------------------------
     ml_context = _context(browser, live)
-    ml = _log_in(ml_context, "maya", PASSWORD)
+    ml = log_in(ml_context, "maya", PASSWORD)
     shot(ml, "ml-home-empty")
     assert "Create a project" in ml.content()
     ml.get_by_role("link", name="Team").click()
-    for username, role in (("ann1", "annotator"), ("ann2", "annotator"), ("lena", "lead")):
-        ml.fill("#add-user input[name=username]", username)
-        ml.fill("#add-user input[name=password]", f"pw-{username}-secret")
-        ml.locator(f"#add-user input[name=roles][value={role}]").check()
-        ml.get_by_role("button", name="Add user").click()
-        ml.locator(f"#user-{username}").wait_for()
+    team_add(ml, [("ann1", "annotator"), ("ann2", "annotator"), ("lena", "lead")])
     assert "lena" in ml.locator("#users").inner_text()
     shot(ml, "team-admin")
 
@@ -162,10 +148,10 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     shot(ml, "ml-round-1-labeling")
 
     # -- two annotators: the test set, then the batch (overlap items go to both) ----------------------
-    ann1 = _log_in(_context(browser, live), "ann1", "pw-ann1-secret")
+    ann1 = log_in(_context(browser, live), "ann1", "pw-ann1-secret")
     ann1.get_by_role("link", name="Annotate").first.click()
     assert "News topics" in ann1.locator(".topbar").inner_text()  # the project's name, for annotators too
-    ann2 = _log_in(_context(browser, live, PHONE), "ann2", "pw-ann2-secret")
+    ann2 = log_in(_context(browser, live, PHONE), "ann2", "pw-ann2-secret")
     ann2.goto(f"/p/{project_id}/annotate/")
     for page in (ann1, ann2):
         page.goto(f"/p/{project_id}/annotate/test/")
@@ -202,7 +188,7 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     shot(ml, "ml-refusal-says-what-is-left")
 
     # -- the lead decides the disagreement; the round finishes by itself -----------------------------
-    lead = _log_in(_context(browser, live), "lena", "pw-lena-secret")
+    lead = log_in(_context(browser, live), "lena", "pw-lena-secret")
     lead.goto(f"/p/{project_id}/lead/disagreements/")
     row = lead.locator(".item-row").first
     assert "ann1: sports" in row.inner_text() and "ann2: politics" in row.inner_text()

@@ -81,6 +81,8 @@ class World:
 
     def refused_identities(self, policy: Policy) -> Iterator[tuple[str, Any]]:
         """(who, user) that the policy must refuse; user None is the anonymous client."""
+        if policy.auth == "public":
+            return  # the login and first-run pages: anyone
         yield "anonymous", None
         if not policy.roles:
             return  # any signed-in user: only the anonymous client is refused
@@ -128,6 +130,8 @@ def _snapshot() -> dict[str, int]:
 def test_every_route_has_a_policy() -> None:
     assert unguarded_routes() == []
     assert _routes_without_policy() == []
+    public = sorted(str(r.name) for r in routes() if r.policy is not None and r.policy.auth == "public")
+    assert public == ["first_user", "login"]  # anyone may open these two, and no other
 
 
 def _forgotten(request: HttpRequest) -> HttpResponse:

@@ -110,13 +110,13 @@ def test_import_job_failure_is_recorded_and_success_draws_test_set(project: Proj
     bad = ImportJob.objects.create(project=project, filename="bad.csv", path=str(write(tmp_path, "bad.csv", "id,x\n")))
     assert import_run(job_id=bad.id).status == "failed"
     assert "missing 'text' column" in ImportJob.objects.get(id=bad.id).error
-    good_path = write(tmp_path, "good.csv", "id,text\n1,a\n2,b\n3,c\n4,d\n")
+    good_path = write(tmp_path, "good.csv", "id,text\n" + "".join(f"{i},{c}\n" for i, c in enumerate("abcdefg")))
     good = ImportJob.objects.create(project=project, filename="good.csv", path=str(good_path), total_bytes=1)
     job = import_run(job_id=good.id)
-    assert (job.status, job.rows_created) == ("done", 4)
+    assert (job.status, job.rows_created) == ("done", 7)  # 7 rows: 2 test items are under the 30 % cap
     assert Item.objects.filter(project=project, is_test=True).count() == 2
-    assert import_run(job_id=good.id).rows_created == 4  # re-running a finished job changes nothing
-    assert Item.objects.filter(project=project).count() == 4
+    assert import_run(job_id=good.id).rows_created == 7  # re-running a finished job changes nothing
+    assert Item.objects.filter(project=project).count() == 7
 
 
 def test_gold_labels_for_test_items(project: Project, tmp_path: Path) -> None:

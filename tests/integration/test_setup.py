@@ -230,9 +230,8 @@ def test_ml_page_requests_a_round_and_polls_only_while_one_is_active(ml: Client)
     assert ml.get(rounds, headers={"HX-Request": "true"}).status_code == 200  # keeps polling
     again = ml.post(reverse("ml_round_start", args=[project.pk]), headers={"HX-Request": "true"})
     assert "round 1 is still pending" in again.content.decode() and Round.objects.count() == 1
-    Round.objects.filter(pk=new.pk).update(
-        status="done", metrics={"curve_svg": "<svg xmlns='http://www.w3.org/2000/svg'/>", "accuracy": 0.75}
-    )
+    svg = "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    Round.objects.filter(pk=new.pk).update(status="done", metrics={"curve_svg": svg, "accuracy": 0.75, "test_n": 40})
     final = ml.get(rounds, headers={"HX-Request": "true"})
     body = final.content.decode()
     assert final.status_code == 286 and "Test accuracy: <strong>75.0 %</strong>" in body

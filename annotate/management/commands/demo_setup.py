@@ -51,6 +51,14 @@ DEMO_SETTINGS: dict[str, Any] = {
 DEMO_USERS = {"annotator": "annotator", "annotator2": "annotator", "lead": "lead", "ml": "ml"}
 
 
+# Printed by `make demo` too (config.processes.demo runs this command in its terminal).
+FIRST_RUN_NOTE = (
+    "  Passwords: each user changes theirs under 'Password' at the top of every page.\n"
+    "  Without the demo, an empty install (no user yet) opens /accounts/first-user/ on the first visit:\n"
+    "  it creates the first ML-staff account, who then adds the team on the Team page."
+)
+
+
 class Command(BaseCommand):
     help = "Create the demo project, users and first round."
 
@@ -70,6 +78,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\nDemo project {project.name!r}: {project.items.count():,} items"))
         for name, password in passwords.items():
             self.stdout.write(f"  user {name:<10} password {password}")
+        self.stdout.write(FIRST_RUN_NOTE)
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         (settings.VAR_DIR / "demo-passwords.txt").write_text(
             "".join(f"{name} {password}\n" for name, password in passwords.items())

@@ -15,12 +15,13 @@ from annotate.services.exports_dataset import export_dataset
 
 
 class Command(BaseCommand):
-    help = "Export: manage.py export PROJECT dataset|labels|predictions --format csv|jsonl [-o FILE]"
+    help = "Export: manage.py export PROJECT dataset|labels|predictions --format csv|csv_raw|jsonl [-o FILE]"
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("project")
         parser.add_argument("what", choices=["dataset", "labels", "predictions"])
-        parser.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+        # csv: spreadsheet-safe (a leading ' before = + - @); csv_raw: texts exact (pandas)
+        parser.add_argument("--format", choices=["csv", "csv_raw", "jsonl"], default="csv")
         parser.add_argument("-o", "--output", default="-")
 
     def handle(self, *args: Any, **opts: Any) -> None:

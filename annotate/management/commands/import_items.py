@@ -22,6 +22,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--gold-for-test", action="store_true", help="file gives gold labels (id,label) of test items"
         )
+        parser.add_argument(
+            "--keep-duplicates",
+            action="store_true",
+            help="also import rows whose (normalised) text is already in the project; by default they are skipped",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         key = opts["project"]
@@ -38,7 +43,13 @@ class Command(BaseCommand):
             bar.update(done - bar.n)
 
         try:
-            report = import_items(project=project, path=path, progress=progress, gold_for_test=opts["gold_for_test"])
+            report = import_items(
+                project=project,
+                path=path,
+                progress=progress,
+                gold_for_test=opts["gold_for_test"],
+                skip_duplicates=not opts["keep_duplicates"],
+            )
         except ImportFailed as exc:
             bar.close()
             raise CommandError(str(exc)) from exc
@@ -51,6 +62,10 @@ class Command(BaseCommand):
                 f"({report.rows / report.seconds:,.0f} rows/s)"
             )
         )
+        if report.skipped:
+            self.stdout.write(
+                self.style.WARNING(f"{report.skipped:,} rows skipped: their text is already in the project")
+            )
         if report.duplicate_texts:
             self.stdout.write(
                 self.style.WARNING(f"{report.duplicate_texts:,} rows repeat an earlier text (kept, not merged):")
