@@ -139,7 +139,9 @@ def upload(session: requests.Session, base: str, project: int, path: Path) -> No
     with path.open("rb") as f:
         response = session.post(
             url,
-            data={"csrfmiddlewaretoken": token.group(1)},
+            # every row, as the simulation imports them (import_items keeps duplicates): the same pool and
+            # test set as its records; the upload form's default skips texts already in the project
+            data={"csrfmiddlewaretoken": token.group(1), "keep_duplicates": "on"},
             files={"file": (path.name, f, "text/csv")},
             headers={"Referer": url},
             timeout=300,
