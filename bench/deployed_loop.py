@@ -273,6 +273,23 @@ def versions() -> dict[str, Any]:
     return found
 
 
+def gpu_worker_versions(gpu_env: dict[str, str]) -> str:
+    """The versions the gpu workers import (their own path: a GPU machine's carried vLLM site)."""
+    code = "\n".join(
+        (
+            "import torch, transformers, peft",
+            "try:\n import vllm; v = vllm.__version__",
+            "except Exception as e: v = repr(e)",
+            "print(torch.__version__, transformers.__version__, peft.__version__, 'vllm', v)",
+        )
+    )
+    env = {**os.environ, **gpu_env}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+    return (done.stdout or done.stderr).strip()[-500:]
+
+
 def wait_for(path: str, timeout: float) -> None:
     if not path:
         return
@@ -322,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         run["imports"] = {p.name: p.import_data(ml) for p in projects}
         wait_for(a.wait_for, a.wait_timeout)
         gpu_env = json.loads(a.gpu_env)
+        run["gpu_worker_versions"] = gpu_worker_versions(gpu_env)
         run["t_gpu_workers_started"] = {}
         for i in range(a.gpu_workers):
             deployment.start("gpu-worker", name=f"gpu-worker-{i}", env=gpu_env, node=f"gpu{i}-{deployment.tag}@%h")

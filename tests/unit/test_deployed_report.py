@@ -1,0 +1,96 @@
+"""bench/deployed_report.py: the tables of a deployed run (issue 35) from the files bench/deployed_loop.py
+writes: GPU busy share inside a round's machine windows, peak GPU memory per process, the engine-start
+lines of the gpu workers' logs, and the deployed curve's area against the simulation's seeds. The real
+inputs came from the H200 (bench/gpu-results/deployed-*.tgz); these are small hand-made ones whose
+answers are known."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import deployed_report as dr  # noqa: E402
+
+
+def test_busy_share_counts_only_the_samples_inside_the_machine_windows() -> None:
+    samples = np.array([[10.0, 100.0, 1.0], [11.0, 50.0, 1.0], [15.0, 0.0, 1.0], [20.0, 30.0, 1.0]])
+    assert dr.busy_share(samples, [(10.0, 11.0), (19.0, 21.0)]) == pytest.approx(60.0)  # 100, 50, 30
+    assert dr.busy_share(samples, [(12.0, 14.0)]) is None  # no sample inside: unknown, not 0 %
+    assert dr.busy_share(np.zeros((0, 3)), [(0.0, 1.0)]) is None
+
+
+def test_gpu_samples_read_nvidia_smi_csv_and_skip_what_is_not_a_sample(tmp_path: Path) -> None:
+    path = tmp_path / "gpu.csv"
+    path.write_text("2026/12/03 18:12:00.500, 37, 1024\n[Not Supported]\n2026/12/03 18:12:01.000, 40, 2048\n")
+    samples = dr.gpu_samples(path)
+    assert samples.shape == (2, 3) and samples[1, 0] - samples[0, 0] == pytest.approx(0.5)
+    assert list(samples[:, 1]) == [37.0, 40.0]
+
+
+def test_peak_memory_is_the_largest_sample_per_process_with_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "gpu-apps.csv"
+    path.write_text("t, 7, 100\nt, 7, 4000\nt, 7, 3000\nt, 9, 50\nt, bad, x\n")
+    peaks = dr.peak_memory(path, {"7": "gpu-worker-0 (child, depth 1)"})
+    assert peaks == [("9", "?", 50.0), ("7", "gpu-worker-0 (child, depth 1)", 4000.0)]
+
+
+def test_engine_starts_and_first_tasks_come_from_the_worker_logs(tmp_path: Path) -> None:
+    (tmp_path / "gpu-worker-1.log").write_text(
+        "[2026-12-03 18:12:37,903: INFO/ForkPoolWorker-1] vllm engine started in 88.8 s (2.5 s waiting for the"
+        " GPU's start lock; in-process core: True)\n"
+        "[2026-12-03 18:12:40,000: INFO/ForkPoolWorker-1] Task annotate.gpu.score_shard[ab-c] succeeded in 1s\n"
+        "[2026-12-03 18:12:50,000: INFO/ForkPoolWorker-1] Task annotate.gpu.score_shard[de-f] succeeded in 1s\n"
+    )
+    (starts,) = dr.engine_starts(tmp_path)
+    assert (starts["worker"], starts["start_s"], starts["lock_wait_s"], starts["in_process"]) == (
+        "gpu-worker-1",
+        88.8,
+        2.5,
+        "True",
+    )
+    firsts = dr.first_tasks(tmp_path)["gpu-worker-1"]
+    assert firsts["annotate.gpu.score_shard"] - starts["at"] == pytest.approx(2.097)  # the first one only
+
+
+def _record(labels: int, accuracy: float) -> dict[str, object]:
+    return {"labels_total": labels, "metrics": {"accuracy": accuracy}}
+
+
+def test_the_deployed_area_is_judged_against_the_simulation_seeds_on_a_common_range(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = [_record(50, 0.5), _record(100, 0.8), _record(200, 0.9)]
+    (out / "records-trec.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    sim = tmp_path / "sim-records.jsonl.gz"
+    with gzip.open(sim, "wt") as f:
+        for seed, acc in ((0, 0.85), (1, 0.95)):  # flat curves from 100 labels: areas 85 and 95
+            for labels in (100, 150, 200):
+                f.write(
+                    json.dumps(
+                        {
+                            "data": "trec",
+                            "strategy": "active",
+                            "seed": seed,
+                            "commit": "abc1234",
+                            "labels": labels,
+                            "accuracy": acc,
+                        }
+                    )
+                    + "\n"
+                )
+    table = dr.curve_table(out, [str(sim)], "active")
+    # common range 100-200 (the simulation starts at 100): the deployed area is the mean of 80 → 90
+    assert "| trec | 85.0 (100–200) |" in table and "| yes |" in table
+    with gzip.open(sim, "wt") as f:
+        for labels in (100, 200):
+            f.write(
+                json.dumps({"data": "trec", "strategy": "active", "seed": 0, "labels": labels, "accuracy": 0.99}) + "\n"
+            )
+    assert "**no**" in dr.curve_table(out, [str(sim)], "active")
