@@ -106,7 +106,28 @@ def imports_resume() -> int:
     return imports_resume_all()
 
 
+@shared_task(name="annotate.gpu.engine_warm")
+def engine_warm(kind: str) -> dict[str, Any]:
+    from annotate.services.scoring import engine_warm as warm
+
+    return warm(kind=kind)
+
+
 @worker_ready.connect
 def _resume_on_start(**_: Any) -> None:
     rounds_resume.delay()
     imports_resume.delay()
+
+
+@worker_ready.connect
+def _warm_engine_on_start(sender: Any = None, **_: Any) -> None:
+    """A gpu worker with ALANN_ENGINE_PREWARM starts its engine now, in its own pool process (its
+    direct queue: config/celery.py), so its first round does not wait for the start."""
+    from celery.utils import worker_direct
+    from django.conf import settings
+
+    if not settings.ENGINE_PREWARM or sender is None:
+        return
+    consumed = {q.name for q in sender.app.amqp.queues.consume_from.values()}
+    if "gpu" in consumed:
+        engine_warm.apply_async(args=[settings.ENGINE_PREWARM], queue=worker_direct(sender.hostname))

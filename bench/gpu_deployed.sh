@@ -39,17 +39,18 @@ LOOP=${LOOP:-'{"profile": "gpu"}'}   # ALANN_LOOP_OPTIONS of web and the CPU wor
 # the gpu workers' own: the same, and their share of the GPU (a worker's local engine option)
 GPU_LOOP=${GPU_LOOP:-'{"profile": "gpu", "engine_options": {"gpu_memory_utilization": '$GPU_SHARE'}}'}
 EXTRA=${EXTRA:-}                     # more bench/deployed_loop.py options (--pool-sample, --knobs, ...)
+PREWARM=${PREWARM:-$ENGINE}          # the gpu workers start their engine when they start (ALANN_ENGINE_PREWARM; "" for off)
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
 mkdir -p "$R" 2>/dev/null
 
 # The gpu workers' environment: the exports of ../shared/device/env.sh for vLLM (../shared does not
 # travel), vLLM's site first on the path, and their loop options (JSON built by Python, not by quoting).
 vllm_env() {
-  VSITE=$VSITE SITE=$SITE R=$R GPU_LOOP=$GPU_LOOP python3 -c 'import json, os
+  VSITE=$VSITE SITE=$SITE R=$R GPU_LOOP=$GPU_LOOP PREWARM=$PREWARM python3 -c 'import json, os
 e = os.environ
 print(json.dumps({"PYTHONPATH": ":".join((e["VSITE"], e["SITE"], e["R"] + "/app")), "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_CACHE_ROOT": e["R"] + "/vllm-cache",
-    "ALANN_LOOP_OPTIONS": e["GPU_LOOP"]}))'
+    "ALANN_LOOP_OPTIONS": e["GPU_LOOP"], "ALANN_ENGINE_PREWARM": e["PREWARM"]}))'
 }
 
 case $MODE in

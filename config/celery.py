@@ -28,5 +28,8 @@ app.conf.task_serializer = "json"
 app.conf.result_serializer = "json"
 app.conf.accept_content = ["json"]
 app.conf.result_expires = 3600
+# Every worker also consumes its own queue (<node>.dq2), so that a task can go to one worker: a gpu
+# worker's engine prewarm (annotate/tasks.py) must run in that worker, not in whichever takes it first.
+app.conf.worker_direct = True
 app.autodiscover_tasks()
 app.autodiscover_tasks(related_name="tasks_autolabel")  # the bulk auto-labelling job

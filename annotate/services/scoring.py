@@ -34,6 +34,22 @@ from training import ensemble
 MAX_SHARD_ATTEMPTS = claims.MAX_ATTEMPTS
 
 
+def engine_warm(*, kind: str) -> dict[str, Any]:
+    """Start this process's ``kind`` engine for the default model with its own loop options: the engine
+    (scoring.engines.get_engine's key) that a round of a project on the default model asks for where
+    every process of the deployment has the same ALANN_LOOP_OPTIONS, but for the worker's own GPU share
+    (worker_config). A project on another model or options starts its own engine when it first runs."""
+    import os
+    import time
+
+    from annotate.loopconfig import loop_options
+    from scoring.engines import get_engine
+
+    began = time.monotonic()
+    get_engine(kind, str(settings.LLM_DIR), **dict(loop_options().engine_options))  # type: ignore[arg-type]
+    return {"kind": kind, "pid": os.getpid(), "seconds": round(time.monotonic() - began, 2)}
+
+
 def score_cache() -> Any:
     from scoring.cache import ScoreCache
 

@@ -103,7 +103,9 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
         if kind == "hf":
             from scoring.engines.hf import HFEngine
 
+            began = time.monotonic()
             _ENGINES[key] = HFEngine(str(model_dir), **options)
+            log.info("hf engine started in %.1f s (%s)", time.monotonic() - began, model_dir)
         elif kind == "vllm":
             from scoring.engines.vllm import VLLMEngine
 

@@ -29,9 +29,10 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 def small_pool(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> Any:
-    """A TREC project of 16 pool items (and 8 test items): two batches of 8 label it all."""
+    """A TREC project of 16 pool items (and 6 test items, under the 30 % cap on the test set): two batches
+    of 8 label it all."""
     use_loop_options(monkeypatch, settings, TEST_OPTIONS)
-    return trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, pool=24, test=8, batch_size=8)
+    return trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, pool=22, test=6, batch_size=8)
 
 
 def _full_round(project: Any) -> Round:
