@@ -44,7 +44,8 @@ DATABASES = _databases(os.environ.get("TEST_REDIS_DATABASES", "1-15"))  # Redis'
 
 # The keys a test run writes: Celery's queues (the app's "default" and "gpu", with kombu's priority
 # suffix \x06\x16N) and results, kombu's bindings and unacked bookkeeping, control replies
-# (*.celery.pidbox), the engine start lock (scoring/engines/start_lock.py) and the claim itself.
+# (*.celery.pidbox), each worker's direct queue (<node>.dq2: config/celery.py's worker_direct), the engine
+# start lock (scoring/engines/start_lock.py) and the claim itself.
 # Lua: a key is a test run's when it equals one of EXACT or starts with one of PREFIXES.
 TEST_RUN_KEYS = """
 local EXACT = {['default']=1, ['gpu']=1, ['celery']=1, ['unacked']=1, ['unacked_index']=1, ['unacked_mutex']=1}
@@ -53,6 +54,7 @@ local PREFIXES = {'_kombu.', 'celery-task-meta-', 'celery-taskset-meta-', 'chord
 local function ours(key)
   if EXACT[key] then return true end
   if string.sub(key, -14) == '.celery.pidbox' then return true end
+  if string.sub(key, -4) == '.dq2' or string.find(key, '.dq2\6\22', 1, true) then return true end
   for _, prefix in ipairs(PREFIXES) do
     if string.sub(key, 1, #prefix) == prefix then return true end
   end
