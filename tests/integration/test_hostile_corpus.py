@@ -97,10 +97,12 @@ UTF16 = "id,text\n1,hello\n".encode("utf-16")
 UPLOADS: list[tuple[str, str, str | bytes, Refused | Imported]] = [
     ("rtl marks", "rtl.csv", "id,text\nr1,\u200fשלום\u202e abc\u202c\n", Imported([("r1", "\u200fשלום\u202e abc\u202c", None, {})])),
     (
+        # stored as written (not normalised); its composed twin is the same text once normalised (NFC), which
+        # an upload skips as a duplicate by default (imports.py, skip_duplicates)
         "combining characters are not normalised",
         "comb.csv",
         "id,text\nc1,cafe\u0301\nc2,caf\u00e9\n",
-        Imported([("c1", "cafe\u0301", None, {}), ("c2", "caf\u00e9", None, {})]),
+        Imported([("c1", "cafe\u0301", None, {})]),
     ),
     ("lone surrogate", "sur.jsonl", '{"text": "a\\udc00b"}\n', Refused("sur.jsonl, line 1: text contains a lone surrogate U+DC00 at character 2")),
     (

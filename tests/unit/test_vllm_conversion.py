@@ -153,12 +153,13 @@ def test_the_engine_core_runs_in_process_in_a_daemonic_worker() -> None:
     multiprocessing forbids: the engine core must run in-process there, and only there."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: a fork of the test process (its threads) can hang in the child under load
+    ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     for daemon in (True, False):
         proc = ctx.Process(target=_report_engine_core_mode, args=(results,), daemon=daemon)
         proc.start()
-        proc.join(30)
+        proc.join(180)
         assert proc.exitcode == 0
     assert [results.get(timeout=5), results.get(timeout=5)] == [(True, "0"), (False, None)]
 
