@@ -416,7 +416,7 @@ def check_honourable(config: LoopConfig, *, round_number: int) -> None:
 
     from annotate.services.workers import worker_id
     from scoring.device import cuda_available
-    from scoring.engines.base import engine_option_names
+    from scoring.engines import engine_option_names
 
     where = f"round {round_number}'s frozen config"
     here = f"this worker ({worker_id()})"

@@ -77,7 +77,7 @@ GPU_TRAIN: dict[str, Any] = {
 # annotate/models.py Project's defaults (no Django here): the prompt a new project starts with.
 APP_INSTRUCTIONS = "Classify the text into exactly one label."
 APP_ITEM_TEMPLATE = "Text: {text}\nLabel:"
-# The old scoring bench's prompt (bench/score_bench.py, bench/RESULTS.md "Scoring engine"):
+# The old scoring bench's prompt (bench/score_bench.py, bench/HISTORY.md "Scoring engine"):
 NEWS_PREFIX_TOKENS = 800  # few-shot examples are added until the prefix reaches this (866 tokens)
 NEWS_SEED = 0  # score_bench's default seed: the same items and few-shot examples as that run
 ADAPTER_ID_STRIDE = 100  # int ids: set index × 100 + k + 1 — unique per process, as vLLM's prefix cache needs

@@ -5,7 +5,7 @@
 
 Runs without Django, so the same script works on the GPU machine. Selection inputs are random unit
 vectors: k-center cost depends only on the shapes. (The faiss rows went with scoring/index.py, which
-nothing used: see bench/RESULTS.md, "Selection, embeddings, faiss".)
+nothing used: see bench/HISTORY.md, "Selection, embeddings, faiss".)
 """
 
 from __future__ import annotations

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
-
-from scoring.engines.start_lock import start_lock
 
 if TYPE_CHECKING:
     from scoring.prompts import PromptRenderer
 
 EngineKind = Literal["hf", "vllm"]
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,49 +72,3 @@ def validate_adapters(adapters: Sequence[AdapterRef]) -> None:
         raise ValueError(f"adapter names and ids must be unique within a set: {list(zip(names, ids, strict=True))}")
     if any(i <= 0 for i in ids):
         raise ValueError("adapter int_id must be > 0 (vLLM reserves 0)")
-
-
-_ENGINES: dict[tuple[str, str, str], Engine] = {}
-
-
-def engine_option_names(kind: str) -> frozenset[str]:
-    """The keyword options an engine kind's constructor takes (what ``engine_options`` may hold)."""
-    import inspect
-
-    if kind == "hf":
-        from scoring.engines.hf import HFEngine as cls
-    elif kind == "vllm":
-        from scoring.engines.vllm import VLLMEngine as cls  # type: ignore[assignment]
-    else:
-        raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")
-    params = inspect.signature(cls.__init__).parameters.values()
-    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
-def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
-    """One engine per (kind, model, options) per process: a gpu worker holds it for its lifetime."""
-    key = (kind, str(model_dir), json.dumps(options, sort_keys=True, default=str))
-    if key not in _ENGINES:
-        if kind == "hf":
-            from scoring.engines.hf import HFEngine
-
-            began = time.monotonic()
-            _ENGINES[key] = HFEngine(str(model_dir), **options)
-            log.info("hf engine started in %.1f s (%s)", time.monotonic() - began, model_dir)
-        elif kind == "vllm":
-            from scoring.engines.vllm import VLLMEngine
-
-            asked = time.monotonic()
-            with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
-                began = time.monotonic()
-                _ENGINES[key] = VLLMEngine(str(model_dir), **options)
-            # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
-            log.info(
-                "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s)",
-                time.monotonic() - began,
-                began - asked,
-                getattr(_ENGINES[key], "in_process", None),
-            )
-        else:
-            raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")
-    return _ENGINES[key]

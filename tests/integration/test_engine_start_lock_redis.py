@@ -30,7 +30,7 @@ def start_engine_in_own_container(tmpdir: str, out: str, name: str) -> None:
 
     os.environ["TMPDIR"] = tmpdir
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    from scoring.engines.base import start_lock as engine_start_lock  # what get_engine("vllm") holds
+    from scoring.engines.registry import start_lock as engine_start_lock  # what get_engine("vllm") holds
 
     with engine_start_lock("vllm"):
         began = time.monotonic()

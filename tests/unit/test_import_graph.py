@@ -1,35 +1,70 @@
 """The layering, read from the source with ast (every import, at module level or inside a function):
-the annotate services import each other without a cycle, the round step services import neither the
-tasks, nor the round flow, nor each other, and scoring/ and training/ never import Django or annotate."""
+no import cycle anywhere in the tree, the annotate services import each other without a cycle, the
+round step services import neither the tasks, nor the round flow, nor each other, scoring/ and
+training/ never import Django or annotate, and production code imports heavy libraries only inside
+the functions that use them (the web process starts fast and never loads a model)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 STEP_SERVICES = {"planning", "scoring", "selection", "training", "evaluation"}
+PACKAGES = ("config", "annotate", "scoring", "training", "devtools", "tests")
+# Folders of scripts run with their own folder on sys.path: their modules import each other by file name.
+SCRIPT_DIRS = ("bench", "scripts")
+PRODUCTION = ("config", "annotate", "scoring", "training", "devtools")
+HEAVY = {
+    "accelerate", "faiss", "gguf", "matplotlib", "peft", "pyarrow", "safetensors", "sentence_transformers",
+    "sklearn", "torch", "transformers", "vllm",
+}  # fmt: skip
 
 
 def _module(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] in SCRIPT_DIRS:
+        return rel.stem
+    return ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module the file imports anywhere; ``from pkg import name`` counts as ``pkg.name`` too."""
+def _imports(source: str, package: str) -> set[str]:
+    """Every module the source imports anywhere; ``from pkg import name`` counts as ``pkg.name`` too,
+    and a relative import is resolved against ``package`` (the package the source's module is in)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*parts, *([node.module] if node.module else [])])
+            out.add(module)
+            out.update(f"{module}.{alias.name}" for alias in node.names)
     return out
 
 
-def _graph(package: str) -> dict[str, set[str]]:
-    files = {_module(p): p for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts}
-    return {name: _imports(path) & set(files) - {name} for name, path in files.items()}
+def _files(*roots: str) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for root in roots:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            name = _module(path)
+            assert name not in files, f"{path.relative_to(ROOT)} and {files[name].relative_to(ROOT)} are both {name}"
+            files[name] = path
+    return files
+
+
+def _graph(*roots: str) -> dict[str, set[str]]:
+    """Module → the modules of ``roots`` it imports. Importing ``a.b.c`` also runs ``a/__init__`` and
+    ``a/b/__init__``; those implicit edges are not counted (a package that re-exports its submodules
+    would otherwise be a cycle with each of them), an explicit ``from a.b import x`` is."""
+    files = _files(*roots)
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = _imports(path.read_text(), package) & set(files) - {name}
+    return graph
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -55,15 +90,50 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _module_level_imports(tree: ast.Module) -> set[str]:
+    """Top-level modules imported when the module is imported: outside function bodies (class bodies
+    and module-level if/try blocks run at import) and outside ``if TYPE_CHECKING:``."""
+    out: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
-def test_annotate_has_no_import_cycle() -> None:
-    graph = _graph("annotate")
-    assert "annotate.services.rounds" in graph and graph["annotate.services.rounds"]
-    assert _cycle(graph) is None, " → ".join(_cycle(graph) or [])
+def test_imports_inside_functions_and_relative_imports_count() -> None:
+    source = "import os\nfrom . import sibling\ndef f():\n    from ..other import thing\n    import a.b\n"
+    found = _imports(source, "pkg.sub")
+    assert {"os", "pkg.sub", "pkg.sub.sibling", "pkg.other", "pkg.other.thing", "a.b"} <= found
+    top = _module_level_imports(ast.parse("import torch as t\nclass A:\n    import peft\ndef f():\n    import vllm\n"))
+    assert top == {"torch", "peft"}
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n"
+    assert _module_level_imports(ast.parse(guarded)) == {"typing", "json"}
+
+
+def test_the_whole_tree_has_no_import_cycle() -> None:
+    graph = _graph(*PACKAGES, *SCRIPT_DIRS)
+    # the graph sees every root, imports inside functions, and the bench scripts' imports of each other
+    assert {name.split(".")[0] for name in graph} >= {*PACKAGES, "engine_parity", "tour_images"}
+    assert "scoring.engines" in graph["training.ensemble"]  # imported inside train/score functions
+    assert "score_bench" in graph["engine_parity"]
+    assert "scoring.engines.base" in graph["scoring.engines.hf"]
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " → ".join(cycle or [])
 
 
 def test_step_services_import_no_task_no_flow_and_no_other_step() -> None:
@@ -84,5 +154,13 @@ def test_step_services_import_no_task_no_flow_and_no_other_step() -> None:
 def test_scoring_and_training_import_neither_django_nor_annotate() -> None:
     for package in ("scoring", "training"):
         for path in (ROOT / package).rglob("*.py"):
-            bad = {m for m in _imports(path) if m.split(".")[0] in {"django", "annotate", "config"}}
+            imported = _imports(path.read_text(), _module(path).rpartition(".")[0])
+            bad = {m for m in imported if m.split(".")[0] in {"django", "annotate", "config"}}
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("package", PRODUCTION)
+def test_heavy_libraries_are_imported_only_inside_functions(package: str) -> None:
+    for path in (ROOT / package).rglob("*.py"):
+        heavy = _module_level_imports(ast.parse(path.read_text())) & HEAVY
+        assert not heavy, f"{path.relative_to(ROOT)} imports {sorted(heavy)} at module level"

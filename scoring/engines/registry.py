@@ -1,0 +1,61 @@
+"""Which class implements each engine kind, and the one engine per (kind, model, options) a process holds.
+
+Kept out of base.py so that the dependency points one way: hf.py and vllm.py import base for the
+interface, and this module imports them (inside functions, so importing ``scoring.engines`` loads
+neither implementation)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from typing import Any
+
+from scoring.engines.base import Engine, EngineKind
+from scoring.engines.start_lock import start_lock
+
+log = logging.getLogger(__name__)
+_ENGINES: dict[tuple[str, str, str], Engine] = {}
+
+
+def _engine_class(kind: str) -> type:
+    if kind == "hf":
+        from scoring.engines.hf import HFEngine
+
+        return HFEngine
+    if kind == "vllm":
+        from scoring.engines.vllm import VLLMEngine
+
+        return VLLMEngine
+    raise ValueError(f"unknown engine kind {kind!r} (hf or vllm)")
+
+
+def engine_option_names(kind: str) -> frozenset[str]:
+    """The keyword options an engine kind's constructor takes (what ``engine_options`` may hold)."""
+    params = inspect.signature(_engine_class(kind)).parameters.values()
+    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
+    """One engine per (kind, model, options) per process: a gpu worker holds it for its lifetime."""
+    key = (kind, str(model_dir), json.dumps(options, sort_keys=True, default=str))
+    if key not in _ENGINES:
+        cls = _engine_class(kind)
+        if kind == "hf":
+            began = time.monotonic()
+            _ENGINES[key] = cls(str(model_dir), **options)
+            log.info("hf engine started in %.1f s (%s)", time.monotonic() - began, model_dir)
+        else:
+            asked = time.monotonic()
+            with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
+                began = time.monotonic()
+                _ENGINES[key] = cls(str(model_dir), **options)
+            # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
+            log.info(
+                "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s)",
+                time.monotonic() - began,
+                began - asked,
+                getattr(_ENGINES[key], "in_process", None),
+            )
+    return _ENGINES[key]
