@@ -12,6 +12,7 @@ from annotate.forms_setup import AdjudicationForm
 from annotate.models import Item, Project
 from annotate.roles import LEAD, ML
 from annotate.selectors import agreement
+from annotate.selectors.progress import current_batch
 from annotate.selectors.review import QUEUES, item_for_lead, queue_counts, queue_items
 from annotate.services.review import ReviewError, adjudicate, item_return_to_pool
 
@@ -31,6 +32,7 @@ def lead_queue(request: HttpRequest, project_id: int, queue: str) -> HttpRespons
         "queue": queue,
         "queues": QUEUES,
         "counts": queue_counts(project=project),
+        "batch": current_batch(project_id=project.pk),
         "items": queue_items(project=project, queue=queue)[:200],
         "form": AdjudicationForm(project=project),
     }
