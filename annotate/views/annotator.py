@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from annotate.access import role_required
 from annotate.forms import LabelForm, SkipForm
@@ -164,13 +164,16 @@ def annotate_skip(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 @role_required(ANNOTATOR, LEAD)
-@require_GET
+@require_http_methods(["GET", "POST"])
 def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
     """Take back my last action: a skip is withdrawn and its item shown to label; a label's item is
     shown again, its label highlighted, and choosing a label revises it."""
     project = get_object_or_404(Project, pk=project_id)
-    queue = _queue(request.GET.get("queue"))
-    if last_action_is_skip(project=project, annotator=request.user, is_test=queue == "test"):
+    queue = _queue(request.POST.get("queue") if request.method == "POST" else request.GET.get("queue"))
+    # Taking a skip back writes, so only a POST does it (the page's u); a GET only shows the last label.
+    if request.method == "POST" and last_action_is_skip(
+        project=project, annotator=request.user, is_test=queue == "test"
+    ):
         try:
             item = skip_undo(project=project, annotator=request.user, is_test=queue == "test")
         except UndoRefused as exc:

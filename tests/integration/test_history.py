@@ -179,3 +179,24 @@ def test_a_skip_a_lead_decided_cannot_be_taken_back(project: Project, people: di
     held.refresh_from_db()
     assert held.state == Item.State.UNLABELABLE and Skip.objects.filter(item=held, resolved=True).exists()
     assert not Lease.objects.filter(annotator=alice).exists()
+
+
+def test_the_annotate_page_takes_a_skip_back_only_on_post(project: Project, people: dict[str, Any]) -> None:
+    """A GET of the undo page writes nothing (a prefetch or a crawler must not take a skip back)."""
+    from django.test import Client
+    from django.urls import reverse
+
+    alice = people["alice"]
+    held = next_item_for(project=project, annotator=alice)
+    assert held is not None
+    skip_submit(item=held, annotator=alice, reason="unsure")
+    client = Client()
+    client.force_login(alice)
+    url = reverse("annotate_undo", args=[project.pk])
+    client.get(url, headers={"HX-Request": "true"})
+    assert Skip.objects.filter(item=held).exists()
+    page = client.post(url, {"queue": "batch"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Skip taken back" in page and f'data-item="{held.pk}"' in page
+    assert not Skip.objects.filter(item=held).exists()
+    refused = client.post(url, {"queue": "batch"}, headers={"HX-Request": "true"})  # nothing left to take back
+    assert refused.status_code == 200 and "nothing to undo yet" in refused.content.decode()
