@@ -1,7 +1,8 @@
 """Export labels and predictions as CSV or JSONL, streamed row by row.
 
 Labels: one row per item that has any human label, adjudication or gold label — item id, text hash,
-final label, every annotator's label, the adjudication, the round it was selected in, timestamps.
+final label, every annotator's label, the adjudication, the round it was selected in, timestamps, and
+its history (every label, revision, skip, lead decision with its note, return and undo: who, when).
 Predictions: one row per (item id, prompt hash, adapter-set hash) — the unique key of Prediction, so a
 rerun with new adapters adds rows with a new key instead of overwriting or duplicating old ones.
 
