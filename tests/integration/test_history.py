@@ -200,3 +200,30 @@ def test_the_annotate_page_takes_a_skip_back_only_on_post(project: Project, peop
     assert not Skip.objects.filter(item=held).exists()
     refused = client.post(url, {"queue": "batch"}, headers={"HX-Request": "true"})  # nothing left to take back
     assert refused.status_code == 200 and "nothing to undo yet" in refused.content.decode()
+
+
+def test_a_project_with_history_can_still_be_deleted(project: Project, people: dict[str, Any]) -> None:
+    from annotate.services.projects import project_delete
+
+    item = disputed(project, people)
+    adjudicate(item=item, label=label(project, "sports"), lead=people["lena"], note="kept")
+    assert ItemEvent.objects.filter(item__project=project).count() == 3
+    project_delete(project=project, confirm_name="history")
+    assert not ItemEvent.objects.exists() and not Project.objects.filter(name="history").exists()
+
+
+def test_the_dataset_export_offers_the_history_column(project: Project, people: dict[str, Any]) -> None:
+    from annotate.services.exports_dataset import DatasetFilter, export_dataset
+
+    item = disputed(project, people)
+    adjudicate(item=item, label=label(project, "sports"), lead=people["lena"], note="first")
+    adjudicate(item=item, label=label(project, "science"), lead=people["leo"], note="second")
+    spec = DatasetFilter(columns=("id", "label", "history"), metadata=False)
+    (row,) = [json.loads(line) for line in export_dataset(project=project, fmt="jsonl", spec=spec)]
+    assert row["label"] == "science"
+    assert [(e["kind"], e["by"], e["note"]) for e in row["history"]] == [
+        ("label", "alice", ""),
+        ("label", "bob", ""),
+        ("decision", "lena", "first"),
+        ("decision", "leo", "second"),
+    ]
