@@ -348,6 +348,38 @@ class Adjudication(models.Model):
     note = models.TextField(blank=True)
 
 
+class ItemEvent(models.Model):
+    """What happened to an item, append-only: every label, revision, skip, lead decision (with its
+    note) and return to the pool, with who and when. Rows are never updated or deleted; an undo is a
+    row of its own pointing at the row it undoes (one undo per row: the unique key). A lead's decision
+    keeps in ``before`` the item's state it replaced, which its undo restores."""
+
+    class Kind(models.TextChoices):
+        LABEL = "label"
+        REVISION = "revision"  # label: the new one, previous_label: the one it replaced
+        SKIP = "skip"  # note: the reason
+        DECISION = "decision"  # a lead's final label (label None: unlabelable), note: the lead's note
+        RETURN = "return"  # a lead sent the item back to the pool
+        UNDO = "undo"  # undoes: the decision, return or skip taken back
+
+    item = models.ForeignKey(Item, related_name="events", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="+", on_delete=models.PROTECT)
+    at = models.DateTimeField(db_index=True)
+    label = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.PROTECT)
+    previous_label = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.PROTECT)
+    note = models.TextField(blank=True)
+    before = models.JSONField(default=dict, blank=True)
+    undoes = models.OneToOneField("self", null=True, blank=True, related_name="undone_by", on_delete=models.PROTECT)
+
+    class Meta:
+        ordering = ["item", "at", "id"]
+        indexes = [models.Index(fields=["item", "id"]), models.Index(fields=["actor", "kind", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.item_id}: {self.kind} by {self.actor_id} at {self.at}"
+
+
 class AdapterVersion(models.Model):
     """A trained LoRA adapter on disk. Its pk is the engine's integer LoRA id; its name is unique too,
     so vLLM never reuses prefix-cache entries of older weights."""
@@ -652,6 +684,7 @@ __all__ = [
     "GoldItem",
     "ImportJob",
     "Item",
+    "ItemEvent",
     "Label",
     "Lease",
     "Prediction",

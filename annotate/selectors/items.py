@@ -7,7 +7,8 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
-from annotate.models import Adjudication, Annotation, BatchItem, Item, Prediction, Project, Skip
+from annotate.models import Annotation, BatchItem, Item, ItemEvent, Prediction, Project, Skip
+from annotate.selectors.history import event_sentence, events_of, undoable_decision
 from annotate.selectors.review import disagreements
 
 PAGE_SIZE = 50
@@ -109,13 +110,15 @@ def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tupl
 @dataclass(frozen=True)
 class HistoryEvent:
     at: Any
-    kind: str  # label | revision | skip | decision | prediction | batch
+    kind: str  # label | revision | skip | decision | return | undo | prediction | batch
     text: str
+    undo_id: int | None = None  # a lead's decision that can still be undone: its event id
 
 
 def item_history(*, project: Project, item_id: int) -> tuple[Item, list[HistoryEvent]]:
-    """The item and what happened to it, oldest first: the batches it was in, labels and revisions,
-    skips, predictions per round, and the lead's decision. Raises Item.DoesNotExist."""
+    """The item and what happened to it, oldest first: the batches it was in, every label, revision,
+    skip, lead decision (with its note), return and undo from the append-only history, and the
+    predictions per round. Raises Item.DoesNotExist."""
     item = Item.objects.select_related("final_label", "gold_label").get(project=project, pk=item_id)
     events: list[HistoryEvent] = []
     for row in BatchItem.objects.filter(item=item).select_related("round").order_by("round__number"):
@@ -124,32 +127,24 @@ def item_history(*, project: Project, item_id: int) -> tuple[Item, list[HistoryE
                 row.round.created_at, "batch", f"selected into round {row.round.number}'s batch ({row.source})"
             )
         )
-    for a in Annotation.objects.filter(item=item).select_related("annotator", "label", "round").order_by("created_at"):
-        where = f" in round {a.round.number}" if a.round else ""
-        events.append(HistoryEvent(a.created_at, "label", f"{a.annotator.username} labelled it {a.label.name}{where}"))
-        if a.revisions:
-            events.append(
-                HistoryEvent(a.updated_at, "revision", f"{a.annotator.username} revised it to {a.label.name} "
-                             f"({a.revisions} revision{'s' if a.revisions > 1 else ''})")
-            )  # fmt: skip
-    for s in Skip.objects.filter(item=item).select_related("annotator").order_by("created_at"):
-        reason = f": “{s.reason}”" if s.reason else ""
-        state = "resolved" if s.resolved else "waiting for a lead"
-        events.append(HistoryEvent(s.created_at, "skip", f"{s.annotator.username} skipped it{reason} ({state})"))
+    undoable = undoable_decision(item_id=item.pk)
+    rounds = dict(
+        Annotation.objects.filter(item=item, round__isnull=False).values_list("annotator_id", "round__number")
+    )
+    skips = dict(Skip.objects.filter(item=item).values_list("annotator_id", "resolved"))
+    for e in events_of(item_ids=[item.pk]).get(item.pk, []):
+        text = event_sentence(e)
+        if e.kind == ItemEvent.Kind.LABEL and e.actor_id in rounds:
+            text += f" in round {rounds[e.actor_id]}"
+        elif e.kind == ItemEvent.Kind.SKIP and e.actor_id in skips and not hasattr(e, "undone_by"):
+            text += " (resolved)" if skips[e.actor_id] else " (waiting for a lead)"
+        undo_id = e.pk if undoable is not None and undoable.pk == e.pk else None
+        events.append(HistoryEvent(e.at, e.kind, text, undo_id))
     for p in Prediction.objects.filter(item=item).select_related("label", "round").order_by("created_at"):
         where = f"round {p.round.number}" if p.round else "a scoring run"
         top = max(p.probs) if isinstance(p.probs, list) and p.probs else 0.0
         events.append(
             HistoryEvent(p.created_at, "prediction", f"model ({where}) predicted {p.label.name} at {100 * top:.0f} %")
-        )
-    adjudication = Adjudication.objects.filter(item=item).select_related("label", "decided_by").first()
-    if adjudication is not None:
-        decided = adjudication.label.name if adjudication.label else "unlabelable"
-        note = f" — {adjudication.note}" if adjudication.note else ""
-        events.append(
-            HistoryEvent(
-                adjudication.decided_at, "decision", f"{adjudication.decided_by.username} decided {decided}{note}"
-            )
         )
     events.sort(key=lambda e: e.at)
     return item, events

@@ -17,6 +17,7 @@ from django.core.cache import cache
 from django.db import connection, connections
 
 from annotate.models import Annotation, BatchItem, Item, Label, Prediction, Project, Round
+from annotate.selectors.progress import BatchStatus, batch_status, labeling_round
 
 # Keys the annotate page reserves for actions: s skip, u undo, h guidelines (and ? help).
 RESERVED_KEYS = frozenset("suh")
@@ -38,12 +39,14 @@ class Bar:
 
 @dataclass(frozen=True)
 class Progress:
-    batch: Bar  # items of the labelling batch that have all their labels / batch size
-    round: Bar  # labels given in the labelling round / labels it needs (overlap items need k)
+    batch: Bar  # finished items of the labelling batch / batch size (annotate.selectors.progress)
+    round: Bar  # labels given in the labelling batch / labels it needs (overlap items need k)
     overall: Bar  # pool items with a final label / pool size (test set excluded)
     test: Bar  # test-set items with a final label / test-set size
     mine: int  # this annotator's labels in the project
-    mine_round: int  # ... in the round(s) now labelling
+    mine_round: int  # ... in the round annotators are served from
+    # Where that round's batch stands (None: no round labels): the lead and ML pages' numbers.
+    batch_status: BatchStatus | None = None
 
 
 @dataclass(frozen=True)
@@ -74,63 +77,77 @@ def label_buttons(*, project: Project) -> list[LabelButton]:
 
 
 _TABLES = {m.__name__.lower(): m._meta.db_table for m in (Annotation, BatchItem, Item, Round)}
-# The team's counts in one statement: the batch (items of rounds in "labeling": items complete,
-# labels given / needed) and the pool and test set (items with a final label).
+# The team's label counts of the current batch (labels given / needed) and the pool and test set
+# (items with a final label), in one statement. The batch's item counts come from
+# annotate.selectors.progress.batch_status, the selector the lead and ML pages read too.
 _TEAM_COUNTS_SQL = """SELECT batch.*, pool.* FROM
-(SELECT COUNT(*) AS total,
-   COALESCE(SUM(CASE WHEN n >= required_labels OR final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS complete,
-   COALESCE(SUM(required_labels), 0) AS needed, COALESCE(SUM(n), 0) AS given
- FROM (SELECT i.required_labels, i.final_label_id, (SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = i.id) AS n
-   FROM {item} i WHERE i.id IN (SELECT b.item_id FROM {batchitem} b JOIN {round} r ON r.id = b.round_id
-     WHERE r.project_id = %(project)s AND r.status = %(labeling)s)) batch_items) batch,
+(SELECT COALESCE(SUM(required_labels), 0) AS needed, COALESCE(SUM(n), 0) AS given
+ FROM (SELECT i.required_labels, (SELECT COUNT(*) FROM {annotation} a WHERE a.item_id = i.id) AS n
+   FROM {item} i WHERE i.id IN (SELECT b.item_id FROM {batchitem} b WHERE b.round_id = %(round)s)) batch_items) batch,
 (SELECT COALESCE(SUM(CASE WHEN is_test THEN 0 ELSE 1 END), 0) AS pool,
    COALESCE(SUM(CASE WHEN NOT is_test AND final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS pool_final,
    COALESCE(SUM(CASE WHEN is_test THEN 1 ELSE 0 END), 0) AS test,
    COALESCE(SUM(CASE WHEN is_test AND final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0) AS test_final
  FROM {item} WHERE project_id = %(project)s) pool""".format(**_TABLES)
-# The annotator's labels in the project, in the round(s) now labelling, and of those the ones that
-# finished an item: each is a floor for a team count (a team count may lag, it may never read less
-# than what this annotator alone has done).
-_MINE_SQL = """SELECT COUNT(*),
-  COALESCE(SUM(CASE WHEN r.status = %(labeling)s THEN 1 ELSE 0 END), 0),
-  COALESCE(SUM(CASE WHEN r.status = %(labeling)s AND (i.final_label_id IS NOT NULL OR i.required_labels <= 1)
-    THEN 1 ELSE 0 END), 0),
+# The round annotators are served from (the oldest in "labeling"), and the annotator's labels in the
+# project, in that round, and of those the ones whose item is finished: each is a floor for a team
+# count (a team count may lag, it may never read less than what this annotator alone has done).
+_MINE_SQL = """WITH cur AS (SELECT r.id FROM {round} r WHERE r.project_id = %(project)s AND r.status = %(labeling)s
+  ORDER BY r.number LIMIT 1)
+SELECT (SELECT id FROM cur), COUNT(*),
+  COALESCE(SUM(CASE WHEN a.round_id = (SELECT id FROM cur) THEN 1 ELSE 0 END), 0),
+  COALESCE(SUM(CASE WHEN a.round_id = (SELECT id FROM cur) AND i.final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN NOT i.is_test AND i.final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0),
   COALESCE(SUM(CASE WHEN i.is_test AND i.final_label_id IS NOT NULL THEN 1 ELSE 0 END), 0)
-FROM {annotation} a JOIN {item} i ON i.id = a.item_id LEFT JOIN {round} r ON r.id = a.round_id
+FROM {annotation} a JOIN {item} i ON i.id = a.item_id
 WHERE a.annotator_id = %(user)s AND i.project_id = %(project)s""".format(**_TABLES)
-_TEAM_COUNTS = ("total", "complete", "needed", "given", "pool", "pool_final", "test", "test_final")
+_TEAM_COUNTS = ("needed", "given", "pool", "pool_final", "test", "test_final")
 
 
-def _count_team(project_id: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class TeamCounts:
+    """What every annotator of the project shares: the current batch (None when no round labels) as
+    ``batch_status`` counts it, its labels given / needed, and the pool's and test set's final labels."""
+
+    round_id: int | None
+    batch: BatchStatus | None
+    counts: dict[str, int]
+
+
+def _count_team(project_id: int, round_id: int | None) -> TeamCounts:
+    current = Round.objects.filter(pk=round_id).first() if round_id is not None else None
     with connection.cursor() as cursor:
-        cursor.execute(_TEAM_COUNTS_SQL, {"project": project_id, "labeling": Round.Status.LABELING.value})
-        return {name: int(value) for name, value in zip(_TEAM_COUNTS, cursor.fetchone(), strict=True)}
+        cursor.execute(_TEAM_COUNTS_SQL, {"project": project_id, "round": round_id or 0})
+        counts = {name: int(value) for name, value in zip(_TEAM_COUNTS, cursor.fetchone(), strict=True)}
+    return TeamCounts(round_id, batch_status(round=current) if current is not None else None, counts)
 
 
 def _counts_key(project: Project) -> str:
     return f"alann:progress:{project.pk}:{project.created_at.timestamp()}"
 
 
-def _refresh_team_counts(key: str, project_id: int) -> None:
+def _refresh_team_counts(key: str, project_id: int, round_id: int | None) -> None:
     """Recount in this thread and store; runs in a background thread with its own connection."""
     try:
-        cache.set(key, (_count_team(project_id), time.time()), None)
+        cache.set(key, (_count_team(project_id, round_id), time.time()), None)
     finally:
         with _REFRESHING_LOCK:
             _REFRESHING.discard(key)
         connections.close_all()  # this thread's connections only (they are per thread)
 
 
-def _team_counts(project: Project) -> dict[str, int]:
+def _team_counts(project: Project, round_id: int | None) -> TeamCounts:
     """Shared by every annotator of the project and recounted at most every few seconds: a bar that
     lags by seconds is fine, recounting on every label is not. Stale-while-revalidate: once counted,
     a request never waits for the recount (~40 ms on a 10,000-item batch, which was the tail of the
     hot request's latency); a stale value is served while one background thread per process
-    recounts. The first count of a project is synchronous (settings.PROGRESS_RECOUNT_IN_BACKGROUND
-    False: always synchronous, as before)."""
+    recounts. The first count of a batch is synchronous: counts of another round (or of no round)
+    are never served, so a new round's first item never shows the last batch's counts
+    (settings.PROGRESS_RECOUNT_IN_BACKGROUND False: always synchronous)."""
     key = _counts_key(project)
-    entry: tuple[dict[str, int], float] | None = cache.get(key)
+    entry: tuple[TeamCounts, float] | None = cache.get(key)
+    if entry is not None and (not isinstance(entry[0], TeamCounts) or entry[0].round_id != round_id):
+        entry = None  # another batch's counts (or an older format)
     if entry is not None and time.time() - entry[1] < _PROJECT_COUNTS_TTL:
         return entry[0]
     if entry is not None and getattr(settings, "PROGRESS_RECOUNT_IN_BACKGROUND", True):
@@ -138,11 +155,9 @@ def _team_counts(project: Project) -> dict[str, int]:
             start = key not in _REFRESHING
             _REFRESHING.add(key)
         if start:
-            threading.Thread(target=_refresh_team_counts, args=(key, project.pk), daemon=True).start()
+            threading.Thread(target=_refresh_team_counts, args=(key, project.pk, round_id), daemon=True).start()
         return entry[0]
-    counts = _count_team(project.pk)
-    cache.set(key, (counts, time.time()), None)
-    return counts
+    return _count_team_now(project, round_id)
 
 
 def _floor(team_done: int, mine: int, total: int) -> Bar:
@@ -152,28 +167,31 @@ def _floor(team_done: int, mine: int, total: int) -> Bar:
 
 def progress_for(*, project: Project, annotator: Any, fresh: bool = False) -> Progress:
     """The team's counts (cached a few seconds; ``fresh``: recounted now) and the annotator's own
-    (live). Each team bar is floored by the annotator's own finished work, so a label shows at once."""
-    team = _count_team_now(project) if fresh else _team_counts(project)
+    (live). Each team bar is floored by the annotator's own finished work, so a label shows at once.
+    The batch bar counts what ``batch_status`` counts for the round annotators are served from."""
     params = {"project": project.pk, "user": annotator.pk, "labeling": Round.Status.LABELING.value}
     with connection.cursor() as cursor:
         cursor.execute(_MINE_SQL, params)
-        mine, mine_round, mine_complete, mine_pool_final, mine_test_final = (int(v) for v in cursor.fetchone())
+        round_id, *mine_counts = cursor.fetchone()
+    mine, mine_round, mine_complete, mine_pool_final, mine_test_final = (int(v) for v in mine_counts)
+    team = _count_team_now(project, round_id) if fresh else _team_counts(project, round_id)
+    counts, batch = team.counts, team.batch
     return Progress(
-        batch=_floor(team["complete"], mine_complete, team["total"]),
-        round=_floor(team["given"], mine_round, team["needed"]),
-        overall=_floor(team["pool_final"], mine_pool_final, team["pool"]),
-        test=_floor(team["test_final"], mine_test_final, team["test"]),
+        batch=_floor(batch.finished if batch else 0, mine_complete, batch.size if batch else 0),
+        round=_floor(counts["given"], mine_round, counts["needed"]),
+        overall=_floor(counts["pool_final"], mine_pool_final, counts["pool"]),
+        test=_floor(counts["test_final"], mine_test_final, counts["test"]),
         mine=mine,
         mine_round=mine_round,
+        batch_status=batch,
     )
 
 
-def _count_team_now(project: Project) -> dict[str, int]:
+def _count_team_now(project: Project, round_id: int | None) -> TeamCounts:
     """Recount in the request and store (the annotate page's empty state: it must not contradict)."""
-    key = _counts_key(project)
-    counts = _count_team(project.pk)
-    cache.set(key, (counts, time.time()), None)
-    return counts
+    team = _count_team(project.pk, round_id)
+    cache.set(_counts_key(project), (team, time.time()), None)
+    return team
 
 
 def suggestion_for(*, item: Item, project: Project) -> Prediction | None:
@@ -194,8 +212,6 @@ def guidelines_html(*, project: Project) -> str:
 def empty_queue_reason(*, project: Project, annotator: Any, queue: str) -> str:
     """Why the annotator's queue is empty, in one or two sentences that agree with the bars: which
     items are left, who they wait for, and what happens next."""
-    from annotate.selectors.progress import batch_status, labeling_round
-
     if queue == "test":
         return _empty_test_reason(project=project, annotator=annotator)
     current = labeling_round(project_id=project.pk)

@@ -102,6 +102,13 @@ def labeling_round(*, project_id: int) -> Round | None:
     return Round.objects.filter(project_id=project_id, status=Round.Status.LABELING).order_by("number").first()
 
 
+def current_batch(*, project_id: int) -> BatchStatus | None:
+    """Where the batch annotators are served from stands (the oldest round in "labeling"); None when
+    no round labels. The annotate, lead and ML pages all count a batch with ``batch_status``."""
+    current = labeling_round(project_id=project_id)
+    return batch_status(round=current) if current is not None else None
+
+
 def labeling_rounds_of_item(*, item_id: int) -> list[int]:
     """Ids of the rounds in "labeling" whose batch holds the item."""
     return list(
@@ -115,6 +122,7 @@ __all__ = [
     "BatchStatus",
     "batch_items_finished",
     "batch_status",
+    "current_batch",
     "labeling_round",
     "labeling_rounds_of_item",
 ]

@@ -1,7 +1,8 @@
 """Export labels and predictions as CSV or JSONL, streamed row by row.
 
 Labels: one row per item that has any human label, adjudication or gold label — item id, text hash,
-final label, every annotator's label, the adjudication, the round it was selected in, timestamps.
+final label, every annotator's label, the adjudication, the round it was selected in, timestamps, and
+its history (every label, revision, skip, lead decision with its note, return and undo: who, when).
 Predictions: one row per (item id, prompt hash, adapter-set hash) — the unique key of Prediction, so a
 rerun with new adapters adds rows with a new key instead of overwriting or duplicating old ones.
 
@@ -24,6 +25,7 @@ from typing import Any
 from django.db.models import Q
 
 from annotate.models import Annotation, BatchItem, Item, Prediction, Project
+from annotate.selectors.history import event_record_dict, events_of
 
 LABEL_FIELDS = [
     "item_id",
@@ -39,6 +41,7 @@ LABEL_FIELDS = [
     "first_labeled_at",
     "last_labeled_at",
     "finalized_at",
+    "history",
 ]
 PREDICTION_FIELDS = [
     "item_id",
@@ -84,6 +87,7 @@ def _label_chunk(chunk: list[Item]) -> Iterator[dict[str, Any]]:
     for ann in Annotation.objects.filter(item_id__in=ids).select_related("annotator", "label").order_by("created_at"):
         by_item.setdefault(ann.item_id, []).append(ann)
     rounds = dict(BatchItem.objects.filter(item_id__in=ids).values_list("item_id", "round__number"))
+    history = events_of(item_ids=ids)
     for item in chunk:
         anns = by_item.get(item.id, [])
         adjudication = getattr(item, "adjudication", None)
@@ -101,6 +105,8 @@ def _label_chunk(chunk: list[Item]) -> Iterator[dict[str, Any]]:
             "first_labeled_at": _iso(anns[0].created_at) if anns else None,
             "last_labeled_at": _iso(max(a.updated_at for a in anns)) if anns else None,
             "finalized_at": _iso(item.finalized_at),
+            # Every label, revision, skip, lead decision (with its note), return and undo, oldest first.
+            "history": [event_record_dict(e) for e in history.get(item.id, [])],
         }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from annotate.models import Annotation, BatchItem, Item, Project
+from annotate.selectors.history import event_record_dict, events_of
 from annotate.services.exports import render, render_parquet
 
 DATASET_COLUMNS: dict[str, str] = {
@@ -33,6 +34,7 @@ DATASET_COLUMNS: dict[str, str] = {
     "agreement": "share of annotators who gave the final label (1.0: all agreed)",
     "decided_by": "the lead who decided it (disagreement, skip or review), if any",
     "gold_label": "the gold label from an import, if any",
+    "history": "every label, revision, skip, lead decision (with its note), return and undo: who, when",
 }
 DEFAULT_COLUMNS = ("id", "text", "label", "split", "source", "round", "annotators", "agreement")
 META_PREFIX = "meta."
@@ -101,6 +103,7 @@ def _chunk_rows(chunk: list[Item], fields: list[str]) -> Iterator[dict[str, Any]
     batch_rows = BatchItem.objects.filter(item_id__in=ids).order_by("-round__number")
     for item_id, picked_by, round_number in batch_rows.values_list("item_id", "source", "round__number"):
         first_batch[item_id] = (picked_by, round_number)  # iterated newest first: the earliest round wins
+    history = events_of(item_ids=ids) if "history" in fields else {}
     for item in chunk:
         anns = by_item.get(item.id, [])
         final = item.final_label.name if item.final_label else None
@@ -119,6 +122,7 @@ def _chunk_rows(chunk: list[Item], fields: list[str]) -> Iterator[dict[str, Any]
             "agreement": _agreement([a.label.name for a in anns], final),
             "decided_by": adjudication.decided_by.username if adjudication else "",
             "gold_label": item.gold_label.name if item.gold_label else None,
+            "history": [event_record_dict(e) for e in history.get(item.id, [])],
         }
         metadata = item.metadata if isinstance(item.metadata, dict) else {}
         for key, value in metadata.items():

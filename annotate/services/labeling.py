@@ -34,12 +34,14 @@ from annotate.models import (
     Annotation,
     BatchItem,
     Item,
+    ItemEvent,
     Label,
     Lease,
     Project,
     Round,
     Skip,
 )
+from annotate.services.history import event_record
 
 Queue = Literal["batch", "test"]
 QUEUES: tuple[Queue, ...] = ("batch", "test")
@@ -394,6 +396,7 @@ def _submit(
         round_id=round_id if round_id is not None else state.labeling_round,
         seconds_spent=_seconds(seconds_spent, state.lease_created, now),
     )
+    event_record(item_id=item.pk, kind=ItemEvent.Kind.LABEL, actor=annotator, label=label, now=now)
     if state.lease_created is not None:
         Lease.objects.filter(item=item, annotator=annotator).delete()
     lowest = min(state.lowest_label or label.pk, label.pk)
@@ -490,6 +493,14 @@ def _resubmit(
         return existing
     if not revise:
         raise AlreadyLabelled(f"you already labelled this item {existing.label.name!r}; press u to revise")
+    event_record(
+        item_id=item.pk,
+        kind=ItemEvent.Kind.REVISION,
+        actor=annotator,
+        label=label,
+        previous_label=existing.label_id,
+        now=now,
+    )
     existing.label = label
     existing.revisions += 1
     existing.save(update_fields=["label", "revisions", "updated_at"])
@@ -519,6 +530,8 @@ def skip_submit(*, item: Item, annotator: Any, reason: str = "") -> Skip:
         if not leased and not Skip.objects.filter(item=item, annotator=annotator).exists():
             raise NotLeased("this item is not assigned to you; take the next item")
         skip, created = Skip.objects.get_or_create(item=item, annotator=annotator, defaults={"reason": reason})
+        if created:
+            event_record(item_id=item.pk, kind=ItemEvent.Kind.SKIP, actor=annotator, note=reason)
         if not created and reason and not skip.reason:
             skip.reason = reason
             skip.save(update_fields=["reason"])

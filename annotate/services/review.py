@@ -8,8 +8,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import Adjudication, Annotation, Item, Label, Skip
+from annotate.models import Adjudication, Annotation, Item, ItemEvent, Label, Skip
 from annotate.selectors.progress import labeling_rounds_of_item
+from annotate.services.history import decision_snapshot, event_record
 from annotate.services.labeling import batch_rows_done
 
 
@@ -20,7 +21,9 @@ class ReviewError(ValueError):
 @transaction.atomic
 def adjudicate(*, item: Item, label: Label | None, lead: Any, note: str = "") -> Adjudication:
     """Set the item's final label (label None: unlabelable, out of the loop), record who decided and
-    resolve the item's skips. Upsert: deciding again replaces the decision, never adds a second row."""
+        resolve the item's skips. Upsert: deciding again replaces the standing decision (one Adjudication
+    row); every decision and its note stays in the item's history (ItemEvent), with the state it
+    replaced, so it can be undone (annotate.services.history.decision_undo)."""
     if label is not None and label.project_id != item.project_id:
         raise ReviewError(f"label {label.name!r} belongs to another project")
     item = Item.objects.select_for_update().select_related("project").get(pk=item.pk)
@@ -29,9 +32,11 @@ def adjudicate(*, item: Item, label: Label | None, lead: Any, note: str = "") ->
             "you labelled this item yourself, so another lead decides it "
             "(Setup: “Leads may decide items they labelled” allows it)"
         )
+    before = decision_snapshot(item)
     decision, _ = Adjudication.objects.update_or_create(
         item=item, defaults={"label": label, "decided_by": lead, "note": note}
     )
+    event_record(item_id=item.pk, kind=ItemEvent.Kind.DECISION, actor=lead, label=label, note=note, before=before)
     item.final_label = label
     item.finalized_at = timezone.now()
     item.state = Item.State.UNLABELABLE if label is None else Item.State.POOL
@@ -49,6 +54,7 @@ def item_return_to_pool(*, item: Item, lead: Any) -> Item:
     item = Item.objects.select_for_update().get(pk=item.pk)
     if item.final_label_id is not None:
         raise ReviewError("this item already has a final label; adjudicate it again to change the label")
+    event_record(item_id=item.pk, kind=ItemEvent.Kind.RETURN, actor=lead, before=decision_snapshot(item))
     item.state = Item.State.POOL
     item.review_reason = ""
     item.finalized_at = None

@@ -11,12 +11,13 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from annotate.access import role_required
 from annotate.forms import LabelForm, SkipForm
 from annotate.models import Annotation, Item, Project
 from annotate.roles import ANNOTATOR, LEAD
+from annotate.selectors.history import last_action_is_skip
 from annotate.selectors.labeling import (
     empty_queue_reason,
     guidelines_html,
@@ -26,6 +27,7 @@ from annotate.selectors.labeling import (
     suggestion_for,
     test_labels_wanted,
 )
+from annotate.services.history import UndoRefused, skip_undo
 from annotate.services.labeling import (
     AlreadyLabelled,
     LabelingError,
@@ -56,6 +58,7 @@ def _panel(
     item: Item | None,
     revising: Annotation | None = None,
     saved: Annotation | None = None,
+    unskipped: bool = False,
     error: str = "",
     status: int = 200,
 ) -> HttpResponse:
@@ -68,6 +71,7 @@ def _panel(
         "item": shown,
         "revising": revising,
         "saved": saved,
+        "unskipped": unskipped,
         "error": error,
         "buttons": label_buttons(project=project),
         "suggestion": suggestion_for(item=shown, project=project) if shown is not None else None,
@@ -160,11 +164,21 @@ def annotate_skip(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 @role_required(ANNOTATOR, LEAD)
-@require_GET
+@require_http_methods(["GET", "POST"])
 def annotate_undo(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Show my last labelled item again, its label highlighted; choosing a label revises it."""
+    """Take back my last action: a skip is withdrawn and its item shown to label; a label's item is
+    shown again, its label highlighted, and choosing a label revises it."""
     project = get_object_or_404(Project, pk=project_id)
-    queue = _queue(request.GET.get("queue"))
+    queue = _queue(request.POST.get("queue") if request.method == "POST" else request.GET.get("queue"))
+    # Taking a skip back writes, so only a POST does it (the page's u); a GET only shows the last label.
+    if request.method == "POST" and last_action_is_skip(
+        project=project, annotator=request.user, is_test=queue == "test"
+    ):
+        try:
+            item = skip_undo(project=project, annotator=request.user, is_test=queue == "test")
+        except UndoRefused as exc:
+            return _refused(request, project, queue, str(exc), status=409)
+        return _panel(request, project, queue, item=item, unskipped=True)
     last = label_undo(annotator=request.user, project=project, queue=queue)
     if last is None:
         return _refused(request, project, queue, "nothing to undo yet")

@@ -12,7 +12,10 @@ from annotate.forms_setup import AdjudicationForm
 from annotate.models import Item, Project
 from annotate.roles import LEAD, ML
 from annotate.selectors import agreement
+from annotate.selectors.history import undoable_decision
+from annotate.selectors.progress import current_batch
 from annotate.selectors.review import QUEUES, item_for_lead, queue_counts, queue_items
+from annotate.services.history import UndoRefused, decision_undo
 from annotate.services.review import ReviewError, adjudicate, item_return_to_pool
 
 
@@ -31,6 +34,7 @@ def lead_queue(request: HttpRequest, project_id: int, queue: str) -> HttpRespons
         "queue": queue,
         "queues": QUEUES,
         "counts": queue_counts(project=project),
+        "batch": current_batch(project_id=project.pk),
         "items": queue_items(project=project, queue=queue)[:200],
         "form": AdjudicationForm(project=project),
     }
@@ -42,7 +46,14 @@ def _item_row(request: HttpRequest, project: Project, item_id: int, queue: str, 
         item = item_for_lead(project=project, item_id=item_id)
     except Item.DoesNotExist as exc:
         raise Http404("no such item in this project") from exc
-    context = {"project": project, "item": item, "queue": queue, "form": AdjudicationForm(project=project), **extra}
+    context = {
+        "project": project,
+        "item": item,
+        "queue": queue,
+        "form": AdjudicationForm(project=project),
+        "undo_event": undoable_decision(item_id=item.pk),
+        **extra,
+    }
     return render(request, "annotate/lead.html#item-row", context)
 
 
@@ -90,6 +101,29 @@ def lead_return_to_pool(request: HttpRequest, project_id: int, item_id: int) -> 
         messages.error(request, error)
     else:
         messages.success(request, f"Item {item.external_id} is back in the pool.")
+    return redirect("lead_queue", project_id=project.pk, queue=_queue_of(request))
+
+
+@role_required(LEAD)
+@require_POST
+def lead_undo(request: HttpRequest, project_id: int, event_id: int) -> HttpResponse:
+    """Take back a lead's decision or return to the pool (from a queue row or the item page)."""
+    project = get_object_or_404(Project, pk=project_id)
+    error = ""
+    try:
+        undo = decision_undo(project=project, event_id=event_id, lead=request.user)
+    except UndoRefused as exc:
+        error, item_id = str(exc), int(request.POST.get("item") or 0)
+    else:
+        item_id = undo.item_id
+    if request.htmx and item_id:  # type: ignore[attr-defined]
+        return _item_row(request, project, item_id, _queue_of(request), error=error, undone=not error)
+    if error:
+        messages.error(request, f"Undo refused: {error}")
+    else:
+        messages.success(request, "Decision undone: the item is as it was before it.")
+    if request.POST.get("next") == "item" and item_id:
+        return redirect("item_detail", project_id=project.pk, item_id=item_id)
     return redirect("lead_queue", project_id=project.pk, queue=_queue_of(request))
 
 

@@ -16,6 +16,7 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path, reverse
+from django.utils import timezone
 
 from annotate.access import Policy, Route, routes, unguarded_routes
 from annotate.apps import _routes_without_policy
@@ -27,6 +28,7 @@ from annotate.models import (
     Calibration,
     ImportJob,
     Item,
+    ItemEvent,
     Lease,
     ProjectMembership,
     Round,
@@ -64,6 +66,10 @@ class World:
             "calibration_id": calibration.pk,
             "run_id": AutolabelRun.objects.create(project=self.beta, calibration=calibration).pk,
             "user_id": self.no_role.pk,
+            # A lead's decision on beta's item (recorded before history was kept: undo refuses it).
+            "event_id": ItemEvent.objects.create(
+                item=self.beta.items.get(), kind="return", actor=self.members["lead"], at=timezone.now()
+            ).pk,
         }
 
     @staticmethod

@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
-from annotate.models import Annotation, BatchItem, Item, Prediction, Project, Round, Skip
+from annotate.models import Annotation, BatchItem, Item, ItemEvent, Prediction, Project, Round, Skip
 from annotate.services.accounts import user_create
 from annotate.services.projects import LabelInput, project_create
 
@@ -50,6 +51,10 @@ def data() -> dict[str, Any]:
     Annotation.objects.create(item=items[1], annotator=alice, label=politics, round=first)
     Item.objects.filter(pk=items[1].pk).update(final_label=politics)
     Skip.objects.create(item=items[2], annotator=bob, reason="not English")
+    # The history the labelling services record with those writes.
+    for it, who, chosen in ((items[0], alice, sports), (items[0], bob, politics), (items[1], alice, politics)):
+        ItemEvent.objects.create(item=it, kind="label", actor=who, label=chosen, at=timezone.now())
+    ItemEvent.objects.create(item=items[2], kind="skip", actor=bob, note="not English", at=timezone.now())
     Prediction.objects.create(
         item=items[2], round=first, prompt_hash="p", adapter_set_hash="a", label=politics, probs=[0.45, 0.55], mass=0.9
     )
