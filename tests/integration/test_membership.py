@@ -10,9 +10,20 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
+from django.utils import timezone
 
 from annotate import urls
-from annotate.models import ApiToken, AutolabelRun, Calibration, ImportJob, Item, Project, ProjectMembership, Round
+from annotate.models import (
+    ApiToken,
+    AutolabelRun,
+    Calibration,
+    ImportJob,
+    Item,
+    ItemEvent,
+    Project,
+    ProjectMembership,
+    Round,
+)
 from annotate.services.accounts import AccountError, membership_set, user_create
 from annotate.services.projects import LabelInput, project_create
 
@@ -60,6 +71,8 @@ def project_urls(project: Project, other_user: Any) -> list[str]:
         "item_id": item.pk,
         "job_id": job.pk,
         "user_id": other_user.pk,
+        # a decision on this project's item (the lead undo route names it)
+        "event_id": ItemEvent.objects.create(item=item, kind="return", actor=other_user, at=timezone.now()).pk,
         "queue": "disagreements",
         "what": "labels",
         "fmt": "csv",
