@@ -85,6 +85,22 @@ class AdjudicationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     raw_id_fields = ("item",)
 
 
+@admin.register(models.ItemEvent)
+class ItemEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The append-only history: read it here; an undo is a new event made by the lead pages."""
+
+    list_display = ("item", "kind", "actor", "at", "undoes")
+    list_filter = ("kind",)
+    search_fields = ("item__external_id", "actor__username", "note")
+    raw_id_fields = ("item", "undoes")
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(models.AdapterVersion)
 class AdapterVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("project", "round", "arm", "k", "n_labels", "content_hash", "created_at")

@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 from annotate.models import Adjudication, Annotation, Item, ItemEvent, Label, Lease, Project, Skip
 from annotate.selectors.history import last_skip_or_label, later_events
 from annotate.selectors.progress import labeling_rounds_of_item
+from annotate.services.batch_rows import batch_rows_done
 
 K = ItemEvent.Kind
 
@@ -83,8 +84,6 @@ def _refuse_unless_undoable(event: ItemEvent) -> None:
 
 
 def _restore(item: Item, before: dict[str, Any]) -> None:
-    from annotate.services.labeling import batch_rows_done
-
     finalized = before["finalized_at"]
     item.final_label_id = before["final_label"]
     item.state = before["state"]

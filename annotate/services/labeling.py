@@ -41,6 +41,7 @@ from annotate.models import (
     Round,
     Skip,
 )
+from annotate.services.batch_rows import batch_rows_done
 from annotate.services.history import event_record
 
 Queue = Literal["batch", "test"]
@@ -361,12 +362,6 @@ def _finalise(
     item.finalized_at = now if final is not None else None
     Item.objects.filter(pk=item.pk).update(final_label_id=final, finalized_at=item.finalized_at)
     batch_rows_done(item_id=item.pk, done=final is not None)
-
-
-def batch_rows_done(*, item_id: int, done: bool) -> None:
-    """Mark the item's batch rows finished (final label set, or out of the pool) or open again, so the
-    queue walk skips finished rows by index. Call it wherever an item's final label or state changes."""
-    BatchItem.objects.filter(item_id=item_id).exclude(done=done).update(done=done)
 
 
 def _submit(

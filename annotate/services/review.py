@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from annotate.models import Adjudication, Annotation, Item, ItemEvent, Label, Skip
 from annotate.selectors.progress import labeling_rounds_of_item
+from annotate.services.batch_rows import batch_rows_done
 from annotate.services.history import decision_snapshot, event_record
-from annotate.services.labeling import batch_rows_done
 
 
 class ReviewError(ValueError):
