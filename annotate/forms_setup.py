@@ -12,6 +12,7 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.http import QueryDict
 
 from annotate.models import Label, Project
@@ -139,6 +140,8 @@ class _Range:
     high: float | None
     why: str
 
+
+MIN_MAX_VALIDATORS = (MinValueValidator, MaxValueValidator)
 
 # Precise bounds, each with the reason a value outside it cannot work.
 RANGES: dict[str, _Range] = {
@@ -272,7 +275,11 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         if not self.instance.pk:
             self.initial.setdefault("auto_retrain_share", 1.0)  # new projects: a round finishes by itself
         for name, rng in RANGES.items():
-            widget = self.fields[name].widget
+            # The model field's own bounds (a PositiveIntegerField's ≥ 0) would answer −5 with Django's
+            # generic message and 0 with ours: drop them, so any value out of range gets the one reason.
+            field = self.fields[name]
+            field.validators = [v for v in field.validators if not isinstance(v, MIN_MAX_VALIDATORS)]
+            widget = field.widget
             widget.attrs["min"] = rng.low
             if rng.high is not None:
                 widget.attrs["max"] = rng.high

@@ -7,7 +7,9 @@ import nh3
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from annotate.access import role_required
 from annotate.forms_setup import ProjectDeleteForm, ProjectSetupForm
@@ -27,10 +29,17 @@ def guidelines_html(text: str) -> str:
 
 def _render(request: HttpRequest, form: ProjectSetupForm, project: Project | None) -> HttpResponse:
     preview = guidelines_html(form["guidelines"].value() or "")
-    status = 400 if form.is_bound and form.errors else 200
     test_set = test_set_state(project=project) if project is not None else None
     context = {"form": form, "project": project, "guidelines_preview": preview, "test_set": test_set}
+    if request.htmx:  # type: ignore[attr-defined]  # htmx swaps only 2xx answers: the form with its error summary comes back as 200
+        return render(request, "annotate/setup.html#setup-card", context)
+    status = 400 if form.is_bound and form.errors else 200
     return render(request, "annotate/setup.html", context, status=status)
+
+
+def _saved(request: HttpRequest, url: str) -> HttpResponse:
+    """After a save: a plain redirect, or for htmx a whole-page one (the next page is not this form)."""
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)  # type: ignore[attr-defined]
 
 
 def redraw_message(redraw: TestSetRedraw | None) -> str:
@@ -59,7 +68,7 @@ def setup_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Project “{project.name}” created. Next: upload the texts to label.")
             for warning in form.case_warnings:
                 messages.warning(request, warning)
-            return redirect("import_upload", project_id=project.pk)
+            return _saved(request, reverse("import_upload", kwargs={"project_id": project.pk}))
     return _render(request, form, None)
 
 
@@ -81,7 +90,7 @@ def project_setup(request: HttpRequest, project_id: int) -> HttpResponse:
             messages.success(request, "Setup saved." + redraw_message(saved.redraw))
             for warning in form.case_warnings:
                 messages.warning(request, warning)
-            return redirect("project_setup", project_id=project.pk)
+            return _saved(request, reverse("project_setup", kwargs={"project_id": project.pk}))
     return _render(request, form, project)
 
 
