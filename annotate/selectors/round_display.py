@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from annotate.models import Project, Round
 from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
+from training.blend import MIN_HELDOUT
 
 AUTOMATED = (
     Round.Status.PENDING,
@@ -202,8 +203,29 @@ def blend_sentence(blend: dict[str, Any]) -> str:
         else f"{100 * weight:.0f} % adapters + {100 * (1 - weight):.0f} % embedding proxy"
     )
     test = blend.get("test_accuracy") or {}
-    parts = f"; on the test set adapters {_pct(test.get('llm'))}, proxy {_pct(test.get('proxy'))}" if test else ""
-    return f"{who} ({blend.get('reason', '')}){parts}"
+    parts = (
+        f". On the test set the adapters alone got {_pct(test.get('llm'))} right, the proxy alone "
+        f"{_pct(test.get('proxy'))}"
+        if test
+        else ""
+    )
+    return f"{who}, {_blend_why(blend)}{parts}"
+
+
+def _blend_why(blend: dict[str, Any]) -> str:
+    """Why that mix, in words, from the held-out evidence it was fitted on (training/blend.py); the
+    fit's own terse reason ("w = 1.0 … proxy 5.0 %") only for a record without that evidence."""
+    n = blend.get("heldout_n")
+    heldout = blend.get("heldout_accuracy") or {}
+    if isinstance(n, int) and n < MIN_HELDOUT:
+        have = f"only {n} held-out labels exist" if n else "no held-out labels exist yet"
+        return f"because {have} and a mix is fitted from {MIN_HELDOUT} on"
+    if not isinstance(n, int) or heldout.get("blend") is None:
+        return str(blend.get("reason") or "")
+    return (
+        f"because that mix got the most of {n} held-out labels right ({_pct(heldout.get('blend'))}; "
+        f"the adapters alone {_pct(heldout.get('llm'))}, the embedding proxy alone {_pct(heldout.get('proxy'))})"
+    )
 
 
 def cost_lines(cost: dict[str, Any]) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
@@ -42,7 +43,7 @@ class TestSetStatus:
 
 def curve_withheld(*, test_set: TestSetStatus, evaluation: Mapping[str, object] | None) -> str:
     """Why the learning curve and the latest accuracy are not shown ("" when they are): the newest
-    evaluated round (``latest_evaluation``) was measured on fewer labelled test items than
+    evaluated round (the last of ``evaluations``) was measured on fewer labelled test items than
     ``test_set.required``."""
     evaluated_on = evaluation.get("test_n") if evaluation else None
     if not isinstance(evaluated_on, int) or evaluated_on >= test_set.required:
@@ -121,27 +122,27 @@ def learning_curve_data_uri(*, project: Project) -> str | None:
     return None
 
 
-def latest_evaluation(*, project: Project) -> dict[str, object] | None:
-    """What the newest evaluated round says, in words and numbers: the active-vs-random gain sentence,
-    headline metrics, model-vs-human and human-human kappa, cost, and the reliability diagram."""
-    row = (
+def evaluations(*, project: Project) -> list[dict[str, object]]:
+    """Every evaluated round, oldest first, in words and numbers: the active-vs-random gain sentence,
+    headline metrics, model-vs-human kappa, cost, and the reliability diagram. (Human-human kappa is
+    not here: it is the Agreement page's, ``agreement.agreement_summary``.)"""
+    rows = (
         Round.objects.filter(project=project, metrics__has_key="accuracy")
-        .order_by("-number")
+        .order_by("number")
         .values("number", "metrics", "cost")
-        .first()
     )
-    if row is None:
-        return None
-    metrics, cost = row["metrics"] or {}, row["cost"] or {}
+    return [_evaluation(row["number"], row["metrics"] or {}, row["cost"] or {}) for row in rows]
+
+
+def _evaluation(number: int, metrics: dict[str, Any], cost: dict[str, Any]) -> dict[str, object]:
     reliability = metrics.get("reliability_svg")
     return {
-        "round": row["number"],
+        "round": number,
         "gain_text": metrics.get("gain_text"),
         "accuracy": metrics.get("accuracy"),
         "macro_f1": metrics.get("macro_f1"),
         "ece": metrics.get("ece"),
         "kappa_model_human": metrics.get("kappa_model_human"),
-        "kappa_human_human": metrics.get("kappa_human_human"),
         "labels": metrics.get("labels"),
         "test_n": int(metrics.get("test_n") or 0),
         "gain_per_100": cost.get("accuracy_gain_per_100_labels"),

@@ -18,6 +18,7 @@ from annotate.access import role_required
 from annotate.forms_setup import RoundStartForm
 from annotate.models import Project
 from annotate.roles import ML
+from annotate.selectors import agreement as agreement_sel
 from annotate.selectors import rounds as rounds_sel
 from annotate.selectors import stopping as stopping_sel
 from annotate.selectors.progress import batch_status, labeling_round
@@ -28,7 +29,8 @@ from annotate.services.rounds import RoundError, round_request_final, round_requ
 def _live_context(project: Project, **extra: object) -> dict[str, object]:
     rounds = rounds_sel.rounds_with_progress(project=project)
     test_set = rounds_sel.test_set_status(project=project)
-    evaluation = rounds_sel.latest_evaluation(project=project)
+    evaluated = rounds_sel.evaluations(project=project)
+    evaluation = evaluated[-1] if evaluated else None
     withheld = rounds_sel.curve_withheld(test_set=test_set, evaluation=evaluation)
     return {
         "project": project,
@@ -38,6 +40,8 @@ def _live_context(project: Project, **extra: object) -> dict[str, object]:
         "withheld": withheld,
         "curve_uri": None if withheld else rounds_sel.learning_curve_data_uri(project=project),
         "evaluation": None if withheld else evaluation,
+        "evaluations": [] if withheld else evaluated,
+        "agreement": agreement_sel.agreement_summary(project=project),
         "stopping": stopping_sel.stopping_report(project=project),
         "selection": rounds_sel.selection_in_charge(project=project),
         "n_rounds": len(rounds),

@@ -65,3 +65,59 @@ def test_problem_12_setup_errors_summarised_at_the_top_linked_and_focused(live_a
     ml.get_by_role("button", name="Save setup").click()
     ml.get_by_text("Setup saved.").wait_for()
     assert ml.locator("#error-summary").count() == 0
+
+
+BLEND_REASON = "w = 1.0 on the adapters predicted 40 held-out labels best (70.0 % vs adapters 70.0 %, proxy 5.0 %)"
+
+
+def evaluated_with_overlap(*, name: str) -> int:
+    """Two evaluated rounds, and two annotators who labelled the same four pool items (3 of 4 alike)."""
+    from django.contrib.auth import get_user_model
+
+    from annotate.models import Annotation, Item, Label, Round
+    from devtools.live_server import create_users
+
+    project = new_project(name=name)
+    create_users(usernames=["kappa-a", "kappa-b"], roles=["annotator"])
+    a, b = (get_user_model().objects.get(username=u) for u in ("kappa-a", "kappa-b"))
+    labels = {lab.name: lab for lab in Label.objects.filter(project_id=project)}
+    for i, (va, vb) in enumerate([("pos", "pos"), ("neg", "neg"), ("pos", "pos"), ("pos", "neg")]):
+        it = Item.objects.create(project_id=project, external_id=f"k{i}", text=f"text {i}", text_hash=f"k{i}")
+        Annotation.objects.create(item=it, annotator=a, label=labels[va])
+        Annotation.objects.create(item=it, annotator=b, label=labels[vb])
+    blend = {
+        "weight": 1.0,
+        "heldout_n": 40,
+        "heldout_accuracy": {"llm": 0.7, "proxy": 0.05, "blend": 0.7},
+        "reason": BLEND_REASON,
+    }
+    for number, accuracy, used in ((1, 0.55, 20), (2, 0.7, 40)):
+        metrics = {"accuracy": accuracy, "macro_f1": 0.5, "ece": 0.1, "labels": used, "test_n": 40, "blend": blend}
+        Round.objects.create(project_id=project, number=number, status=Round.Status.DONE, metrics=metrics)
+    return project
+
+
+def test_problem_11_ml_page_agrees_with_the_agreement_page_and_shows_every_round(
+    live_app: LiveServer, user_page: Any
+) -> None:
+    project = live_app.call("tests.e2e.test_setup_and_ml_pages:evaluated_with_overlap", name="ML page")
+    ml = user_page("ml-page-ml", roles=["ml", "lead"])
+
+    ml.goto(f"/p/{project}/lead/agreement/")
+    kappa = ml.locator("#fleiss strong").inner_text()
+
+    ml.goto(f"/p/{project}/ml/")
+    # One κ for the same items: the ML page's is the Agreement page's, not "—".
+    human = ml.locator("#human-agreement").inner_text()
+    assert f"κ = {kappa}" in human, (kappa, human)
+    # The learning-curve table has a row per evaluated round, not only the latest.
+    assert ml.locator("#curve-rounds tbody tr").count() == 2
+    assert "70.0 %" in ml.locator("#curve-round-2").inner_text()
+    assert "55.0 %" in ml.locator("#curve-round-1").inner_text()
+    # The predictor is said in words, not "w = 1.0 … proxy 5.0 %".
+    text = ml.locator("main").inner_text()
+    assert "w = 1.0" not in text
+    assert "the adapters alone, because that mix got the most of 40 held-out labels right" in text
+    # The cold-start help agrees with the code's default (typical items), not "a random batch".
+    assert "is a random batch" not in text
+    assert "by default the most typical text of each group of similar texts" in text

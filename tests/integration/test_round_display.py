@@ -83,14 +83,21 @@ def test_cost_and_metrics_in_words_and_units() -> None:
     metrics["blend"] = {
         "weight": 0.7,
         "heldout_n": 150,
+        "heldout_accuracy": {"llm": 0.8, "proxy": 0.76, "blend": 0.84},
         "reason": "w = 0.7 on the adapters predicted 150 held-out labels best (84.0 % vs 80.0 %, 76.0 %)",
         "test_accuracy": {"llm": 0.79, "proxy": 0.74, "blend": 0.8123},
     }
     predictor = dict(metric_lines(metrics))["Predictor"]
-    assert predictor.startswith("70 % adapters + 30 % embedding proxy (w = 0.7 on the adapters predicted 150")
-    assert predictor.endswith("on the test set adapters 79.0 %, proxy 74.0 %")
+    # In words (issue 32, problem 11), not the fit's terse "w = 0.7 … 76.0 %".
+    assert predictor == (
+        "70 % adapters + 30 % embedding proxy, because that mix got the most of 150 held-out labels right "
+        "(84.0 %; the adapters alone 80.0 %, the embedding proxy alone 76.0 %). On the test set the adapters "
+        "alone got 79.0 % right, the proxy alone 74.0 %"
+    )
     metrics["blend"] = {"weight": 1.0, "heldout_n": 0, "reason": "no held-out labels yet: adapters alone"}
-    assert dict(metric_lines(metrics))["Predictor"] == "the adapters alone (no held-out labels yet: adapters alone)"
+    assert dict(metric_lines(metrics))["Predictor"] == (
+        "the adapters alone, because no held-out labels exist yet and a mix is fitted from 10 on"
+    )
     assert "Picked by" not in dict(metric_lines(metrics))  # committee "members", the default: nothing to say
     metrics["committee"] = {"mode": "blend", "weight": 0.3}
     assert dict(metric_lines(metrics))["Picked by"] == "the uncertainty of the blended predictor (30 % adapters)"
