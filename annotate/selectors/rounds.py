@@ -13,6 +13,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
+from annotate.selectors import curve_chart
 
 # Below this many labelled test items one item moves the accuracy by more than 3 points: the ML page
 # withholds the accuracy and the curve instead of plotting noise ("Test accuracy 0.0 % · Test items: 1").
@@ -113,10 +114,14 @@ def test_set_status(*, project: Project) -> TestSetStatus:
 
 
 def learning_curve_data_uri(*, project: Project) -> str | None:
-    """The newest round's learning-curve SVG as a data: URI. Shown through <img>, so any script inside
+    """The newest round's learning curve as an SVG data: URI, drawn from its points (curve_chart; the
+    stored matplotlib SVG only for a round without points). Shown through <img>, so any script inside
     the SVG never runs in the page."""
     for metrics in Round.objects.filter(project=project).order_by("-number").values_list("metrics", flat=True):
-        svg = (metrics or {}).get("curve_svg") if isinstance(metrics, dict) else None
+        if not isinstance(metrics, dict):
+            continue
+        points = metrics.get("points")
+        svg = curve_chart.curve_svg(points) if isinstance(points, list) and points else metrics.get("curve_svg")
         if svg:
             return "data:image/svg+xml;base64," + base64.b64encode(str(svg).encode()).decode("ascii")
     return None

@@ -1,13 +1,17 @@
 """Issue 32, problems 11 and 12, in headless Chromium against a live server:
 
-11. the ML page agrees with the Agreement page and says what it shows;
+11. the ML page agrees with the Agreement page (one κ), lists every evaluated round, draws the curve
+    with whole-number label ticks and a % axis, names its lines and the predictor in words, and its
+    cold-start help says what the code does;
 12. setup errors are summarised at the top of the form, each linked to its field, focus moves to
     the summary on a failed submit (htmx and a plain post), and any batch size below 1 gets one
     message."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -67,6 +71,14 @@ def test_problem_12_setup_errors_summarised_at_the_top_linked_and_focused(live_a
     assert ml.locator("#error-summary").count() == 0
 
 
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svg_of(src: str | None) -> Any:
+    assert src and src.startswith("data:image/svg+xml;base64,"), (src or "")[:60]
+    return ElementTree.fromstring(base64.b64decode(src.split(",", 1)[1]))
+
+
 BLEND_REASON = "w = 1.0 on the adapters predicted 40 held-out labels best (70.0 % vs adapters 70.0 %, proxy 5.0 %)"
 
 
@@ -91,8 +103,22 @@ def evaluated_with_overlap(*, name: str) -> int:
         "heldout_accuracy": {"llm": 0.7, "proxy": 0.05, "blend": 0.7},
         "reason": BLEND_REASON,
     }
-    for number, accuracy, used in ((1, 0.55, 20), (2, 0.7, 40)):
-        metrics = {"accuracy": accuracy, "macro_f1": 0.5, "ece": 0.1, "labels": used, "test_n": 40, "blend": blend}
+    points: list[dict[str, Any]] = [
+        {"round": 1, "arm": "prod", "labels": 20, "accuracy": 0.55},
+        {"round": 2, "arm": "prod", "labels": 45, "accuracy": 0.7},
+        {"round": 2, "arm": "active", "labels": 25, "accuracy": 0.62},
+        {"round": 2, "arm": "random", "labels": 25, "accuracy": 0.58},
+    ]
+    for number, accuracy, used in ((1, 0.55, 20), (2, 0.7, 45)):
+        metrics: dict[str, Any] = {
+            "accuracy": accuracy,
+            "macro_f1": 0.5,
+            "ece": 0.1,
+            "labels": used,
+            "test_n": 40,
+            "blend": blend,
+        }
+        metrics["points"] = [p for p in points if p["round"] <= number]
         Round.objects.create(project_id=project, number=number, status=Round.Status.DONE, metrics=metrics)
     return project
 
@@ -118,6 +144,18 @@ def test_problem_11_ml_page_agrees_with_the_agreement_page_and_shows_every_round
     text = ml.locator("main").inner_text()
     assert "w = 1.0" not in text
     assert "the adapters alone, because that mix got the most of 40 held-out labels right" in text
+    # The chart: whole-number label ticks, a % axis as in the tables, lines named in words (no "prod"),
+    # everything inside the picture (no clipped subtitle).
+    svg = _svg_of(ml.locator("#learning-curve img").get_attribute("src"))
+    x_ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "x-tick"]
+    y_ticks = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "y-tick"]
+    legend = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "legend"]
+    assert x_ticks and all(str(t).isdigit() for t in x_ticks), x_ticks
+    assert y_ticks and all(str(t).endswith(" %") for t in y_ticks), y_ticks
+    assert legend and not any(str(name).strip() == "prod" for name in legend), legend
+    assert "model in use (every label so far)" in legend and "random selection" in legend, legend
+    width = float(svg.get("viewBox", "0 0 0 0").split()[2])
+    assert all(0 <= float(t.get("x", 0)) <= width for t in svg.iter(f"{SVG}text")), "text outside the picture"
     # The cold-start help agrees with the code's default (typical items), not "a random batch".
     assert "is a random batch" not in text
     assert "by default the most typical text of each group of similar texts" in text
