@@ -30,7 +30,7 @@ def new_project(*, name: str) -> int:
 def _submit_batch_size(page: Any, value: str) -> Any:
     page.fill("input[name=batch_size]", value)
     page.get_by_role("button", name="Save setup").click()
-    summary = page.locator("#error-summary")
+    summary = page.locator("#error-summary", has_text=f"got {value}")  # this answer's, not the one before
     summary.wait_for()
     return summary
 
