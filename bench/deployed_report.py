@@ -133,7 +133,6 @@ def curve(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
 def sim_curves(patterns: Sequence[str], data: str, strategy: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The simulation's per-seed curves of ``data`` / ``strategy`` (labels, accuracy %), from its records."""
     points: dict[str, list[tuple[float, float]]] = {}
-    commits: set[str] = set()
     for pattern in patterns:
         for name in sorted(glob.glob(pattern)):
             opener = gzip.open if name.endswith(".gz") else open
@@ -144,7 +143,6 @@ def sim_curves(patterns: Sequence[str], data: str, strategy: str) -> dict[str, t
                         points.setdefault(f"{r.get('seed')}@{r.get('commit', '?')[:7]}", []).append(
                             (float(r["labels"]), 100.0 * float(r["accuracy"]))
                         )
-                        commits.add(str(r.get("commit", "?"))[:7])
     return {k: (np.array(sorted(v))[:, 0], np.array(sorted(v))[:, 1]) for k, v in points.items()}
 
 
