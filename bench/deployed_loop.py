@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,7 +41,14 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from devtools.deployed import Deployment, api, gold_by_text, label_concurrently, wait_round  # noqa: E402
+from devtools.deployed import (  # noqa: E402
+    Deployment,
+    api,
+    gold_by_text,
+    label_concurrently,
+    parent_pid,
+    wait_round,
+)
 from devtools.live_server import PASSWORD, login_session  # noqa: E402
 
 TOKEN = "deployed-loop-token-0123456789abcdef"
@@ -82,14 +90,14 @@ def write_split(source: Path, target: Path, prefix: str, sample: int) -> int:
 
 
 @contextlib.contextmanager
-def gpu_monitors(out: Path) -> Iterator[None]:
+def gpu_monitors(out: Path, suffix: str = "") -> Iterator[None]:
     """nvidia-smi every 0.5 s (GPU busy %, memory) and every 1 s (memory per process), if there is one."""
     if shutil.which("nvidia-smi") is None:
         yield
         return
     queries = {
-        "gpu.csv": ["--query-gpu=timestamp,utilization.gpu,memory.used", "-lms", "500"],
-        "gpu-apps.csv": ["--query-compute-apps=timestamp,pid,used_memory", "-lms", "1000"],
+        f"gpu{suffix}.csv": ["--query-gpu=timestamp,utilization.gpu,memory.used", "-lms", "500"],
+        f"gpu-apps{suffix}.csv": ["--query-compute-apps=timestamp,pid,used_memory", "-lms", "1000"],
     }
     procs = [
         subprocess.Popen(
@@ -258,6 +266,178 @@ class ProjectRun:
         self.outcome = f"done: {self.rounds} rounds, {self.labels} labels"
 
 
+# -- the scoring throughput of the deployed shape (issue 35, points 5 and 6) ----------------------------
+
+
+def throughput_texts(data: list[tuple[str, str]], n: int, target: Path) -> int:
+    """``n`` distinct texts for the throughput pool: every data set's train and test texts in turn, and
+    once they run out the same texts again with a suffix `` (copy N)`` (a different item, the same length
+    to a token or two); written as id,text."""
+    base: list[str] = []
+    for _name, folder in data:
+        for split in ("train.csv", "test.csv"):
+            base += [text for text, _ in _rows(Path(folder) / split)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        for i in range(n):
+            copy, j = divmod(i, len(base))
+            writer.writerow((f"tp-{i}", base[j] if copy == 0 else f"{base[j]} (copy {copy})"))
+    return n
+
+
+def parse_throughput(spec: str) -> list[tuple[int, int]]:
+    """``"1:25000,3:60000,6:100000"`` → [(gpu workers, pool items scored), ...]."""
+    steps = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        workers, _, items = part.partition(":")
+        steps.append((int(workers), int(items)))
+    return steps
+
+
+class Throughput:
+    """Rounds of a project whose pool is the whole throughput set and whose ensemble is the source
+    project's: each round asks for scores of ``items`` pool items (candidate_sample) with ``n`` gpu
+    workers consuming the gpu queue (the others stop consuming it: Celery's cancel_consumer), is timed
+    from the request to the end of its scoring (its status leaves ``scoring``), then ended (failed with
+    a reason: nothing of it is labelled). With ``kill``, one more round like the largest, in which one
+    gpu worker that holds a shard is SIGKILLed (its whole process group) once ``kill_at`` of the items
+    are scored, and a fresh worker with the same name is started: it re-sends what the round lacks
+    when it is ready (annotate.rounds_resume), and the round must finish with every shard done once."""
+
+    def __init__(self, *, deployment: Deployment, args: argparse.Namespace, gpu_env: dict[str, str]) -> None:
+        self.d, self.a, self.gpu_env = deployment, args, gpu_env
+        self.out = args.out / "throughput.jsonl"
+        self.host = socket.gethostname()
+        self.rounds: list[dict[str, Any]] = []
+
+    def node(self, i: int) -> str:
+        return f"gpu{i}-{self.d.tag}@{self.host}"
+
+    def run(self, source: int) -> None:
+        a, d = self.a, self.d
+        steps = parse_throughput(a.throughput)
+        csv_path = a.work / "data" / "throughput.csv"
+        n_items = max(items for _, items in steps)
+        throughput_texts(a.throughput_data or a.data, n_items, csv_path)
+        t0 = time.time()
+        made = d.call(
+            "devtools.deployed_project:throughput_project",
+            source=source,
+            name="throughput (deployed run)",
+            texts_csv=str(csv_path),
+            model_dir=a.model_dir,
+            engine=a.engine,
+        )
+        log(f"throughput: project {made['project']} with {made['items']} items in {time.time() - t0:.1f} s")
+        self._write({"kind": "project", **made, "seconds": round(time.time() - t0, 2)})
+        plan = [(n, items, False) for n, items in steps]
+        if a.kill:
+            plan.append((max(n for n, _ in steps), n_items, True))
+        reference = 0
+        for n, items, kill in plan:
+            record = self.one_round(made["project"], n, items, kill)
+            if reference and record.get("round_id"):
+                record["vs_reference"] = d.call(
+                    "devtools.deployed_project:compare_scores", round_a=reference, round_b=record["round_id"]
+                )
+            if not reference and items == n_items:
+                reference = record.get("round_id", 0)
+            self._write(record)
+        d.call("devtools.deployed_project:gpu_consumers", on=[self.node(i) for i in range(a.gpu_workers)], off=[])
+
+    def one_round(self, project: int, n: int, items: int, kill: bool) -> dict[str, Any]:
+        a, d = self.a, self.d
+        on = [self.node(i) for i in range(min(n, a.gpu_workers))]
+        off = [self.node(i) for i in range(len(on), a.gpu_workers)]
+        consumers = d.call("devtools.deployed_project:gpu_consumers", on=on, off=off)
+        d.call("devtools.deployed_project:set_project", project=project, candidate_sample=items)
+        record: dict[str, Any] = {"kind": "round", "gpu_workers": len(on), "items": items, "kill": kill}
+        record["consumers"] = consumers.get("queues")
+        t0 = record["t_request"] = time.time()
+        response = api(d.url, TOKEN, "POST", f"/api/projects/{project}/rounds/", json={"strategy": "uncertainty-only"})
+        if response.status_code != 201:
+            record["error"] = f"round start refused ({response.status_code}): {response.text[:500]}"
+            return record
+        round_id = int(response.json()["id"])
+        record["round_id"] = round_id
+        samples: list[tuple[float, str, int, int]] = []
+        killed: dict[str, Any] = {}
+        status, body = "pending", {}
+        while time.time() - t0 < a.step_timeout:
+            body = api(d.url, TOKEN, "GET", f"/api/rounds/{round_id}/").json()
+            status = body["status"]
+            progress = body["progress"]
+            samples.append((time.time() - t0, status, progress["items_scored"], progress["items_to_score"]))
+            if status not in ("pending", "scoring"):
+                break
+            if (
+                kill
+                and not killed
+                and progress["items_to_score"]
+                and (progress["items_scored"] >= a.kill_at * progress["items_to_score"])
+            ):
+                killed = self.kill_one(round_id)
+            time.sleep(0.25)
+        record["t_scored"] = next((t for t, s, _, _ in samples if s not in ("pending", "scoring")), None)
+        record["t_scoring"] = next((t for t, s, _, _ in samples if s == "scoring"), None)
+        record["status_after"] = status
+        record["failure"] = body.get("failure_reason", "")
+        record["samples"] = samples
+        record["cost"] = body.get("cost")
+        record["config_engine"] = (body.get("config") or {}).get("engine")
+        scored = record["t_scored"]
+        to_score = samples[-1][3] if samples else 0
+        if scored:
+            members = d.call("devtools.deployed_project:round_members", round_id=round_id)
+            record["members"] = members
+            record["requests"] = to_score * members
+            record["requests_per_s"] = round(to_score * members / scored, 1)
+        record["killed"] = killed
+        record["shards"] = d.call("devtools.deployed_project:shard_state", round_id=round_id)
+        if status in ("selecting", "labeling"):
+            # scored: the round goes on to its batch, then is ended so that the next one may start (a
+            # failure after its scoring is recorded; its scoring figures stand)
+            try:
+                wait_round(d, TOKEN, round_id, {"labeling"}, a.step_timeout)
+            except AssertionError as exc:
+                record["after_scoring"] = str(exc).split("\n", 1)[0]
+            d.call(
+                "devtools.deployed_project:end_round", round_id=round_id, reason="throughput run: scored, not labelled"
+            )
+        log(
+            f"throughput: {len(on)} gpu workers, {to_score} items: scored in {scored} s"
+            f" ({record.get('requests_per_s')} requests/s){' with a kill' if kill else ''}"
+        )
+        return record
+
+    def kill_one(self, round_id: int) -> dict[str, Any]:
+        """SIGKILL the process group of a gpu worker whose pool child holds a running shard; start a
+        fresh worker under the same name."""
+        shards = self.d.call("devtools.deployed_project:shard_state", round_id=round_id)
+        running = [s for s in shards if s["status"] == "running" and s["worker"]]
+        if not running:
+            return {}
+        pid = int(running[0]["worker"].rpartition(":")[2])
+        owner = parent_pid(pid)
+        name = next((n for n, p in self.d.procs.items() if p.pid in (owner, pid)), "")
+        if not name:
+            return {"error": f"no deployment process owns pid {pid}"}
+        at = time.time()
+        os.killpg(self.d.procs[name].pid, signal.SIGKILL)
+        self.d.procs[name].wait(timeout=30)
+        index = int(name.rsplit("-", 1)[1])
+        self.d.start("gpu-worker", name=name, env=self.gpu_env, node=f"gpu{index}-{self.d.tag}@%h")
+        log(f"throughput: SIGKILLed {name} (pool child {pid}, shard {running[0]['shard']}); a fresh one started")
+        return {"worker": name, "pid": pid, "shard": running[0]["shard"], "at": at, "shards_before": shards}
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self.rounds.append(record)
+        with self.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
 # -- the run -----------------------------------------------------------------------------------------------
 
 
@@ -356,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
         for p in projects:
             facts = deployment.call("devtools.deployed_project:round_facts", project=p.project)
             (a.out / f"facts-{p.name}.json").write_text(json.dumps(facts, indent=1))
+        if a.throughput:
+            with gpu_monitors(a.out, suffix="-throughput"):
+                Throughput(deployment=deployment, args=a, gpu_env=gpu_env).run(projects[0].project)
+            run["throughput"] = "done"
     except (Exception, SystemExit) as exc:
         run["error"] = f"{type(exc).__name__}: {exc}"[:4000]
         log(f"run failed: {run['error']}\n{traceback.format_exc()}")
@@ -406,6 +590,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=0, help="seconds after which no new round starts (0: none)")
     p.add_argument("--stop-file", default="", help="once this file exists, no project starts a new round")
     p.add_argument("--keep-running", action="store_true", help="leave the processes up (a later kill test)")
+    p.add_argument(
+        "--throughput",
+        default="",
+        help="after the projects: WORKERS:ITEMS,... rounds scoring ITEMS pool items with WORKERS gpu workers"
+        " (the first --data project's ensemble, a pool made of every --data set's texts)",
+    )
+    p.add_argument(
+        "--throughput-data",
+        action="append",
+        default=[],
+        type=lambda s: tuple(s.split("=", 1)),
+        help="NAME=DIR whose train and test texts make the throughput pool (default: the --data sets)",
+    )
+    p.add_argument("--kill", action="store_true", help="then one more round like the largest, with a gpu worker killed")
+    p.add_argument("--kill-at", type=float, default=0.4, help="share of the items scored when the kill comes")
     a = p.parse_args(argv)
     if not a.model_dir:
         p.error("--model-dir (or LLM_DIR) names the base model's directory")

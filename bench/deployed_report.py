@@ -176,13 +176,18 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
     started = run.get("t_gpu_workers_started", {})
     lines += [
         "",
-        "| worker | engine ready at (s after worker start) | engine start s | lock wait s | in-process core |",
+        "| worker | engine ready at (s after worker start) | engine start s | lock wait s | in-process core |"
+        " holds the start lock (s after the first gpu worker started) |",
     ]
-    lines += ["|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|"]
+    first = min(started.values()) if started else None
     for s in engine_starts(out):
         since = s["at"] - started[s["worker"]] if s["worker"] in started else None
+        # "started in" is timed from the lock's taking to the engine's readiness: turns must not overlap
+        held = "–" if first is None else f"{s['at'] - s['start_s'] - first:.1f}–{s['at'] - first:.1f}"
         lines.append(
-            f"| {s['worker']} | {fmt(since)} | {s['start_s']:.1f} | {s['lock_wait_s']:.1f} | {s['in_process']} |"
+            f"| {s['worker']} | {fmt(since)} | {s['start_s']:.1f} | {s['lock_wait_s']:.1f} | {s['in_process']}"
+            f" | {held} |"
         )
     for worker, firsts in first_tasks(out).items():
         if worker in started:
@@ -191,6 +196,8 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
                 + ", ".join(f"{k.split('.')[-1]} {v - started[worker]:.1f}" for k, v in sorted(firsts.items()))
             )
     lines += ["", curve_table(out, sim, sim_strategy)]
+    if table := throughput_table(out):
+        lines += ["", table]
     return "\n".join(lines)
 
 
@@ -213,6 +220,86 @@ def curve_table(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
         inside = "–" if not values or ours is None else ("yes" if min(values) <= ours <= max(values) else "**no**")
         per_seed = ", ".join(f"{k}: {fmt(v)}" for k, v in sorted(theirs.items())) or "–"
         lines.append(f"| {name} | {fmt(ours)} ({lo:.0f}–{hi:.0f}) | {per_seed} | {spread} | {inside} |")
+    return "\n".join(lines)
+
+
+def steady_rate(samples: Sequence[Sequence[Any]], members: int, lo: float = 0.1, hi: float = 0.9) -> float | None:
+    """Requests/s while the items scored went from ``lo`` to ``hi`` of the round's (no start, no tail)."""
+    points = [(t, done, total) for t, status, done, total in samples if status == "scoring" and total]
+    if not points:
+        return None
+    total = points[-1][2]
+    inside = [(t, done) for t, done, _ in points if lo * total <= done <= hi * total]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    return (inside[-1][1] - inside[0][1]) * members / (inside[-1][0] - inside[0][0])
+
+
+def throughput_table(out: Path) -> str:
+    """The rounds of bench/deployed_loop.py --throughput: workers, items, requests/s, GPU busy, and each
+    round's predictions against the first full-size round's (same adapters, same items)."""
+    path = out / "throughput.jsonl"
+    if not path.is_file():
+        return ""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    samples = gpu_samples(out / "gpu-throughput.csv")
+    lines = [
+        "| gpu workers | items | members | requests | request → scored s | requests/s (end to end) |"
+        " requests/s (10–90 % of items) | GPU busy % | shards | re-run shards | vs first full round: argmax (members) |"
+        " mean / max \\|Δp\\| | kill |",
+        "|" + "---|" * 13,
+    ]
+    for r in rows:
+        if r.get("kind") == "project":
+            lines.insert(
+                0,
+                f"Throughput project: {r.get('items')} items, ensemble {r.get('adapters')},"
+                f" made in {r.get('seconds')} s\n",
+            )
+            continue
+        if r.get("error") or not r.get("t_scored"):
+            lines.append(
+                f"| {r.get('gpu_workers')} | {r.get('items')} |"
+                + " – |" * 10
+                + f" {r.get('error') or r.get('status_after')} |"
+            )
+            continue
+        members = int(r.get("members") or 0)
+        window = [(r["t_request"] + (r.get("t_scoring") or 0.0), r["t_request"] + r["t_scored"])]
+        shards = r.get("shards") or []
+        rerun = [s["shard"] for s in shards if s.get("attempts", 1) > 1]
+        vs = r.get("vs_reference") or {}
+        cmp_ = f"{100 * vs['argmax_agreement_members']:.2f} % of {vs['items']}" if vs.get("items") else "(reference)"
+        dp = f"{vs['mean_dp']:.4f} / {vs['max_dp']:.4f}" if vs.get("items") else "–"
+        kill = r.get("killed") or {}
+        kill_text = (
+            f"{kill.get('worker')} (shard {kill.get('shard')}) at {kill.get('at', 0) - r['t_request']:.1f} s"
+            if kill.get("worker")
+            else ("asked, none running" if r.get("kill") else "")
+        )
+        lines.append(
+            f"| {r['gpu_workers']} | {r['items']} | {members} | {r.get('requests')} | {r['t_scored']:.1f} |"
+            f" **{fmt(r.get('requests_per_s'), 0)}** | {fmt(steady_rate(r.get('samples') or [], members), 0)} |"
+            f" {fmt(busy_share(samples, window), 0)} | {len(shards)} | {rerun or 'none'} | {cmp_} | {dp} |"
+            f" {kill_text} |"
+        )
+    for r in rows:
+        kill = r.get("killed") or {}
+        if not kill.get("worker"):
+            continue
+        before = {s["shard"]: s for s in kill.get("shards_before", [])}
+        after = {s["shard"]: s for s in r.get("shards") or []}
+        done_before = [k for k, s in before.items() if s["status"] == "done"]
+        rescored = [k for k in done_before if after.get(k, {}).get("mtime") != before[k].get("mtime")]
+        states = sorted({s["status"] for s in after.values()})
+        lines += [
+            "",
+            f"Kill: {kill['worker']} SIGKILLed (pool child {kill['pid']}) while it held shard {kill['shard']};"
+            f" {len(done_before)} shards were done then and {len(rescored)} of them were written again"
+            f" ({rescored or 'none'}); shard {kill['shard']}: {after.get(kill['shard'], {}).get('attempts')} attempts,"
+            f" by {after.get(kill['shard'], {}).get('worker')}; shard states after: {states}; the round went on to"
+            f" '{r.get('status_after')}'.",
+        ]
     return "\n".join(lines)
 
 

@@ -12,6 +12,12 @@
 #                                           # the models are there, starts `run` in the background
 #     bash bench/gpu_deployed.sh wait 540   # after the last part: follow the run, results under $OUT
 #
+# Session 17's sitting (one call per part, then `wait`): TREC to 1,000 labels with six gpu workers (their
+# engines start at once: the start lock makes them take turns), three simulations of the same options
+# beside it, then the throughput rounds with 1, 3 and 6 workers and a kill, then parity on TREC's adapters:
+#   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=6 GPU_SHARE=0.1 DEADLINE=600 SIM_SEEDS=3 \
+#     SIM_LIMIT=660 THROUGHPUT=1:15000,3:45000,6:100000 KILL=1 PARITY=1 bash bench/gpu_deployed.sh stage
+#
 # run (started by stage, detached with setsid so that it outlives the call): Redis and PostgreSQL (as
 # user nobody; SQLite if PostgreSQL does not start), then bench/deployed_loop.py from a copy of the
 # tree (a later call's fresh copy of the working tree cannot change the code under running processes).
@@ -40,6 +46,18 @@ LOOP=${LOOP:-'{"profile": "gpu"}'}   # ALANN_LOOP_OPTIONS of web and the CPU wor
 GPU_LOOP=${GPU_LOOP:-'{"profile": "gpu", "engine_options": {"gpu_memory_utilization": '$GPU_SHARE'}}'}
 EXTRA=${EXTRA:-}                     # more bench/deployed_loop.py options (--pool-sample, --knobs, ...)
 PREWARM=${PREWARM:-$ENGINE}          # the gpu workers start their engine when they start (ALANN_ENGINE_PREWARM; "" for off)
+THROUGHPUT=${THROUGHPUT:-}           # after the projects: WORKERS:ITEMS,... scoring rounds (deployed_loop.py --throughput)
+TP_SETS=${TP_SETS:-}                 # the sets whose texts make the throughput pool (default: SETS)
+KILL=${KILL:-}                       # 1: then a round like the largest with a gpu worker SIGKILLed mid-scoring
+# SIM_SEEDS=N: beside the deployed run, the in-process simulation of the first set with the deployed run's
+# options (the GPU profile, K=4, the comparison arms, B=50 after 100 seed labels), N seeds, hf engine, to
+# SIM_LABELS labels: issue 35 point 2 compares the two curves (bench/deployed_report.py --sim).
+SIM_SEEDS=${SIM_SEEDS:-0}
+SIM_LABELS=${SIM_LABELS:-$LABELS}
+# PARITY=1: after the driver, bench/engine_parity.py on the first set's last production adapters (its
+# test split): the app's engines (vllm, hf: bfloat16) and both in float32; PARITY_BUDGET seconds.
+PARITY=${PARITY:-}
+PARITY_BUDGET=${PARITY_BUDGET:-300}
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
 mkdir -p "$R" 2>/dev/null
 
@@ -50,7 +68,7 @@ vllm_env() {
 e = os.environ
 print(json.dumps({"PYTHONPATH": ":".join((e["VSITE"], e["SITE"], e["R"] + "/app")), "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_CACHE_ROOT": e["R"] + "/vllm-cache",
-    "ALANN_LOOP_OPTIONS": e["GPU_LOOP"], "ALANN_ENGINE_PREWARM": e["PREWARM"]}))'
+    "ALANN_LOOP_OPTIONS": e["GPU_LOOP"], "ALANN_ENGINE_PREWARM": e["PREWARM"], "OMP_NUM_THREADS": e.get("GPU_THREADS", "2")}))'
 }
 
 case $MODE in
@@ -184,14 +202,48 @@ run)  # there, detached (started by stage, from $R): services, then the driver
     echo "database: SQLite (PostgreSQL did not start: $RUN/pg-init.log)"
   fi
   data=(); for s in $SETS; do data+=(--data "$s=$DATA/$s"); done
+  first=${SETS%% *}
+  for s in $TP_SETS; do data+=(--throughput-data "$s=$DATA/$s"); done
+  if [ "$SIM_SEEDS" -gt 0 ]; then  # its own SQLite databases and folders (manage.py simulate), eager tasks
+    mkdir -p "$RUN/sim"
+    ( export DEBUG=1 DJANGO_SETTINGS_MODULE=config.settings CELERY_TASK_ALWAYS_EAGER=1 VAR_DIR=$RUN/sim/var \
+        ALANN_SIM_THREADS=2 ALANN_COMMIT=$RUN_COMMIT PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+      # SIM_LIMIT: every process of it (the jobs are subprocesses) stopped then, before the throughput rounds
+      ( sleep "${SIM_LIMIT:-1500}"; pkill -TERM -f "manage.py simulate"; sleep 20; pkill -KILL -f "manage.py simulate" ) &
+      python3 manage.py simulate --data "$DATA/$first" --strategy active \
+        --seeds "$SIM_SEEDS" --workers "$SIM_SEEDS" --rounds 200 --labels "$SIM_LABELS" --k 4 --engine hf \
+        --model "$LLM_DIR" --batch 50 --seed-labels 100 --loop-options '{"profile": "gpu", "arms": true}' \
+        --no-report --out "$RUN/sim/out" --work "$RUN/sim/work" > "$RUN/sim/sim.log" 2>&1
+      echo "simulation exit $?" >> "$RUN/sim/sim.log" ) &
+  fi
   timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \
     --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
     --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
-    --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" $EXTRA
-  echo "driver exit $?"; touch "$RUN/finished" ;;
+    --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" \
+    ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} $EXTRA
+  echo "driver exit $?"
+  if [ -n "$PARITY" ] && [ -f "$RUN/out/facts-$first.json" ]; then
+    # the last finished round's production members, as the gpu workers scored with them
+    adapters=$(python3 -c 'import json, sys
+rounds = [r for r in json.load(open(sys.argv[1])) if r["status"] == "done" and r["adapters"]]
+print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod"))' "$RUN/out/facts-$first.json")
+    echo "parity on: $adapters"
+    P=$RUN/parity; mkdir -p "$P"
+    ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+        VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
+      timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
+        --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
+        --adapters $adapters --variants vllm-fp32,hf-fp32 --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
+        --out "$P/bf16"
+      echo "parity (app engines, bfloat16) exit $?"
+      python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
+        --reference hf-fp32 --out "$P/fp32"
+      echo "parity (float32) exit $?" ) > "$P/parity.log" 2>&1
+  fi
+  touch "$RUN/finished" ;;
 
 restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run
-  pkill -f deployed_loop.py; pkill -f "celery -A config"; pkill -f "gunicorn config.wsgi"; sleep 3
+  pkill -f deployed_loop.py; pkill -f "manage.py simulate"; pkill -f "engine_parity.py"; pkill -f "celery -A config"; pkill -f "gunicorn config.wsgi"; sleep 3
   pkill -9 -f "celery -A config"; pkill -9 -f "gunicorn config.wsgi"; pkill -f "redis-server 127.0.0.1:6390"
   su -s /bin/sh nobody -c "/tmp/gd-pg/site/pgserver/pginstall/bin/pg_ctl -D /tmp/gd-pg/data -m immediate stop"
   [ -d "$RUN" ] && mv "$RUN" "$R/run-$(date +%H%M%S)" && say "earlier run set aside" ;;
@@ -205,7 +257,7 @@ wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new r
   done
   [ -f "$RUN/finished" ] && say "run finished" || say "run still going"
   OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT"
-  tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work out run.log redis.log pg-init.log 2>/dev/null
+  tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work --exclude=var out run.log redis.log pg-init.log sim parity 2>/dev/null
   cp /tmp/gd-pg/log "$OUT/postgres.log" 2>/dev/null
   cp "$RUN/run.log" "$OUT/run.log" 2>/dev/null; cp "$R/progress.log" "$OUT/" 2>/dev/null
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; ls -la "$OUT" ;;

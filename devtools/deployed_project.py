@@ -113,3 +113,148 @@ def round_facts(*, project: int) -> list[dict[str, Any]]:
             }
         )
     return facts
+
+
+# -- the scoring throughput of the deployed shape (bench/deployed_loop.py --throughput) -------------------
+
+
+def throughput_project(*, source: int, name: str, texts_csv: str, model_dir: str, engine: str) -> dict[str, Any]:
+    """A project for the throughput runs: ``source``'s label set (so ``source``'s prompt), every row of
+    ``texts_csv`` (columns id,text) imported by the import service, no test set, no cold start, and
+    ``source``'s latest production ensemble as its round 1 (a finished round holding copies of those
+    adapters' rows: the same directories, the same content hashes). Each later round it is asked for
+    scores the whole pool (candidate_sample 0, or what ``set_project`` sets)."""
+    from django.utils import timezone
+
+    from annotate.models import AdapterVersion, Project, Round
+    from annotate.selectors import loop as loop_sel
+    from annotate.services.imports import import_items
+    from annotate.services.projects import LabelInput, project_create
+
+    src = Project.objects.get(pk=source)
+    labels = [LabelInput(name=lab.name, code=lab.code, description=lab.description) for lab in src.labels.all()]
+    adapters = loop_sel.prod_adapters(project=src)
+    if not adapters:
+        raise RuntimeError(f"project {source} has no finished round with adapters to score with")
+    project = project_create(
+        name=name,
+        labels=labels,
+        model_dir=model_dir,
+        engine=engine,
+        **{
+            **SCRIPTED_KNOBS,
+            "test_set_size": 0,
+            "cold_start_batches": 0,
+            "candidate_sample": 0,
+            "ensemble_k": len(adapters),
+            "mass_threshold": src.mass_threshold,  # the source's review rule (a rehearsal's tiny model: 0)
+        },
+    )
+    report = import_items(project=project, path=Path(texts_csv))
+    first = Round.objects.create(
+        project=project, number=1, status=Round.Status.DONE, strategy="cold-start", finished_at=timezone.now()
+    )
+    for a in adapters:
+        AdapterVersion.objects.create(
+            project=project,
+            round=first,
+            arm=a.arm,
+            k=a.k,
+            path=a.path,
+            content_hash=a.content_hash,
+            n_labels=a.n_labels,
+        )
+    return {"project": project.pk, "items": report.created, "adapters": [a.path for a in adapters]}
+
+
+def set_project(*, project: int, **fields: Any) -> dict[str, Any]:
+    from annotate.models import Project
+
+    Project.objects.filter(pk=project).update(**fields)
+    row = Project.objects.get(pk=project)
+    return {f: getattr(row, f) for f in fields}
+
+
+def gpu_consumers(*, on: list[str], off: list[str]) -> dict[str, Any]:
+    """The gpu workers named in ``on`` consume the gpu queue, those in ``off`` stop consuming it
+    (Celery's add_consumer / cancel_consumer broadcasts); each node's reply."""
+    from config.celery import app
+
+    replies: dict[str, Any] = {}
+    if off:
+        replies["off"] = app.control.cancel_consumer("gpu", destination=off, reply=True, timeout=5)
+    if on:
+        replies["on"] = app.control.add_consumer("gpu", destination=on, reply=True, timeout=5)
+    active = app.control.inspect(destination=on + off, timeout=5).active_queues() or {}
+    replies["queues"] = {node: sorted(q["name"] for q in qs) for node, qs in active.items()}
+    return replies
+
+
+def shard_state(*, round_id: int) -> list[dict[str, Any]]:
+    """Every shard of a round: status, attempts, who scored it, seconds, items, and its file's mtime."""
+    from annotate.models import ScoreShard
+
+    rows = []
+    for s in ScoreShard.objects.filter(round_id=round_id).order_by("shard"):
+        path = Path(s.path) if s.path else None
+        rows.append(
+            {
+                "shard": s.shard,
+                "status": s.status,
+                "attempts": s.attempts,
+                "worker": s.worker,
+                "seconds": s.seconds,
+                "items": s.n_items,
+                "path": s.path,
+                "mtime": path.stat().st_mtime if path is not None and path.is_file() else None,
+            }
+        )
+    return rows
+
+
+def end_round(*, round_id: int, reason: str) -> bool:
+    """A throughput round is over once scored (and its batch selected): failed with ``reason``, so that
+    the project can be asked for the next one; nothing of it is labelled."""
+    from annotate.services.round_state import round_fail
+
+    return round_fail(round_id=round_id, reason=reason)
+
+
+def compare_scores(*, round_a: int, round_b: int) -> dict[str, Any]:
+    """Two rounds' shard files on their common items: argmax agreement of each member and of the
+    ensemble mean, and |Δp| (the largest over the labels, per member and item: mean and max)."""
+    import numpy as np
+
+    from annotate.models import ScoreShard
+    from scoring.pipeline import load_shards
+
+    def load(round_id: int) -> tuple[Any, Any]:
+        paths = [Path(p) for p in ScoreShard.objects.filter(round_id=round_id).values_list("path", flat=True) if p]
+        ids, p, _mass, _full = load_shards(paths)
+        return ids, p
+
+    ids_a, p_a = load(round_a)
+    ids_b, p_b = load(round_b)
+    common, ia, ib = np.intersect1d(ids_a, ids_b, return_indices=True)
+    if not len(common):
+        return {"items": 0}
+    a, b = p_a[:, ia], p_b[:, ib]
+    dp = np.abs(a - b).max(axis=-1)
+    return {
+        "items": int(len(common)),
+        "members": int(a.shape[0]),
+        "argmax_agreement_members": float((a.argmax(-1) == b.argmax(-1)).mean()),
+        "argmax_agreement_mean": float((a.mean(0).argmax(-1) == b.mean(0).argmax(-1)).mean()),
+        "mean_dp": float(dp.mean()),
+        "max_dp": float(dp.max()),
+        "identical_share": float((dp == 0).all(axis=0).mean()),
+    }
+
+
+def round_members(*, round_id: int) -> int:
+    """How many adapters scored a round (the production ensemble before it): requests per item."""
+    from annotate.models import Round
+    from annotate.selectors import loop as loop_sel
+
+    row = Round.objects.get(pk=round_id)
+    return len(loop_sel.prod_adapters(project=row.project, before_number=row.number))
