@@ -428,9 +428,17 @@ class Throughput:
         os.killpg(self.d.procs[name].pid, signal.SIGKILL)
         self.d.procs[name].wait(timeout=30)
         index = int(name.rsplit("-", 1)[1])
+        started = time.time()
         self.d.start("gpu-worker", name=name, env=self.gpu_env, node=f"gpu{index}-{self.d.tag}@%h")
         log(f"throughput: SIGKILLed {name} (pool child {pid}, shard {running[0]['shard']}); a fresh one started")
-        return {"worker": name, "pid": pid, "shard": running[0]["shard"], "at": at, "shards_before": shards}
+        return {
+            "worker": name,
+            "pid": pid,
+            "shard": running[0]["shard"],
+            "at": at,
+            "started": started,
+            "shards_before": shards,
+        }
 
     def _write(self, record: dict[str, Any]) -> None:
         self.rounds.append(record)

@@ -125,6 +125,27 @@ def first_tasks(out: Path) -> dict[str, dict[str, float]]:
     return firsts
 
 
+def restart_times(out: Path, worker: str, since: float) -> dict[str, float]:
+    """A worker started again at ``since`` (epoch s; same log, appended): seconds from then to its
+    engine's readiness and to its first task done, and the engine start's own figures (issue 35 point 4,
+    the warm start: the compile cache is the earlier engines')."""
+    found: dict[str, float] = {}
+    path = out / f"{worker}.log"
+    if not path.is_file():
+        return found
+    for line in path.read_text(errors="replace").splitlines():
+        if (m := ENGINE_START.match(line)) and "engine_ready_s" not in found:
+            at = log_time(m.group(1), m.group(2))
+            if at >= since:
+                found |= {"engine_ready_s": at - since, "engine_start_s": float(m.group(3))}
+                found["lock_wait_s"] = float(m.group(4))
+        elif (m := TASK_DONE.match(line)) and "first_task_s" not in found:
+            at = log_time(m.group(1), m.group(2))
+            if at >= since:
+                found["first_task_s"] = at - since
+    return found
+
+
 def curve(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     points = [(r["labels_total"], 100.0 * r["metrics"]["accuracy"]) for r in records if "accuracy" in r["metrics"]]
     return np.array([x for x, _ in points], dtype=float), np.array([y for _, y in points], dtype=float)
@@ -300,6 +321,13 @@ def throughput_table(out: Path) -> str:
             f" by {after.get(kill['shard'], {}).get('worker')}; shard states after: {states}; the round went on to"
             f" '{r.get('status_after')}'.",
         ]
+        if warm := restart_times(out, kill["worker"], kill.get("started", kill["at"])):
+            lines.append(
+                f"The fresh {kill['worker']} (warm compile cache): engine ready"
+                f" {fmt(warm.get('engine_ready_s'))} s after its process started (engine start"
+                f" {fmt(warm.get('engine_start_s'))} s, lock wait {fmt(warm.get('lock_wait_s'))} s), first task"
+                f" done {fmt(warm.get('first_task_s'))} s after it started."
+            )
     return "\n".join(lines)
 
 

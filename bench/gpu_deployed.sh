@@ -18,6 +18,11 @@
 #   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=6 GPU_SHARE=0.1 DEADLINE=600 SIM_SEEDS=3 \
 #     SIM_LIMIT=660 THROUGHPUT=1:15000,3:45000,6:100000 KILL=1 PARITY=1 bash bench/gpu_deployed.sh stage
 #
+# Session 18's: TREC to 1,000 labels with four gpu workers, three simulations beside it, throughput with 1, 2
+# and 4 workers, a kill (its fresh worker's start is the warm-cache start-up figure), then parity:
+#   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=4 GPU_SHARE=0.1 DEADLINE=620 SIM_SEEDS=3 \
+#     SIM_LIMIT=700 THROUGHPUT=1:12000,2:30000,4:100000 KILL=1 PARITY=1 PARITY_BUDGET=200 bash bench/gpu_deployed.sh stage
+#
 # run (started by stage, detached with setsid so that it outlives the call): Redis and PostgreSQL (as
 # user nobody; SQLite if PostgreSQL does not start), then bench/deployed_loop.py from a copy of the
 # tree (a later call's fresh copy of the working tree cannot change the code under running processes).

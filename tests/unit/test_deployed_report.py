@@ -59,6 +59,21 @@ def test_engine_starts_and_first_tasks_come_from_the_worker_logs(tmp_path: Path)
     assert firsts["annotate.gpu.score_shard"] - starts["at"] == pytest.approx(2.097)  # the first one only
 
 
+def test_a_restarted_worker_is_timed_from_its_own_start_not_from_the_first_engine(tmp_path: Path) -> None:
+    (tmp_path / "gpu-worker-0.log").write_text(
+        "[2026-12-03 18:00:00,000: INFO/ForkPoolWorker-1] vllm engine started in 150.0 s (0.0 s waiting for the"
+        " GPU's start lock; in-process core: True)\n"
+        "[2026-12-03 18:00:05,000: INFO/ForkPoolWorker-1] Task annotate.gpu.score_shard[a] succeeded in 1s\n"
+        "[2026-12-03 18:10:40,000: INFO/ForkPoolWorker-1] vllm engine started in 35.5 s (1.5 s waiting for the"
+        " GPU's start lock; in-process core: True)\n"
+        "[2026-12-03 18:10:44,500: INFO/ForkPoolWorker-1] Task annotate.gpu.score_shard[b] succeeded in 1s\n"
+    )
+    since = dr.log_time("2026-12-03 18:10:00", "0")
+    warm = dr.restart_times(tmp_path, "gpu-worker-0", since)
+    assert warm == {"engine_ready_s": 40.0, "engine_start_s": 35.5, "lock_wait_s": 1.5, "first_task_s": 44.5}
+    assert dr.restart_times(tmp_path, "gpu-worker-9", since) == {}
+
+
 def _record(labels: int, accuracy: float) -> dict[str, object]:
     return {"labels_total": labels, "metrics": {"accuracy": accuracy}}
 
