@@ -6,10 +6,12 @@ neither implementation)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from scoring.engines.base import Engine, EngineKind
@@ -17,6 +19,30 @@ from scoring.engines.start_lock import start_lock
 
 log = logging.getLogger(__name__)
 _ENGINES: dict[tuple[str, str, str], Engine] = {}
+# vLLM's start measures the GPU's free memory around its profiling run and asserts that it did not grow:
+# any other process on the GPU that frees memory in those seconds (a training step, an hf engine, another
+# worker's engine) fails the start although nothing is wrong. Seen on the H200 (session 18) with four gpu
+# workers and three simulations on one GPU: two of four engine starts failed so, and the round with them.
+# It is transient, so the start is tried again (still holding the start lock) a few times.
+VLLM_TRANSIENT_START = "Error in memory profiling"
+VLLM_START_ATTEMPTS = 4
+VLLM_START_PAUSE_S = 5.0  # × the attempt number: lets the other process's step end
+
+
+def start_with_retries(
+    make: Callable[[], Engine], *, attempts: int = VLLM_START_ATTEMPTS, pause_s: float = VLLM_START_PAUSE_S
+) -> Engine:
+    """``make()``, again after vLLM's transient memory-profiling assertion; any other error at once."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return make()
+        except AssertionError as exc:
+            if VLLM_TRANSIENT_START not in str(exc) or attempt == attempts:
+                raise
+            log.warning("vllm engine start %d/%d failed (%s); trying again", attempt, attempts, str(exc)[:200])
+            gc.collect()  # what the failed start allocated, before the next one profiles
+            time.sleep(pause_s * attempt)
+    raise AssertionError("unreachable")
 
 
 def _engine_class(kind: str) -> type:
@@ -50,7 +76,7 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
             asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 began = time.monotonic()
-                _ENGINES[key] = cls(str(model_dir), **options)
+                _ENGINES[key] = start_with_retries(lambda: cls(str(model_dir), **options))
             # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
             log.info(
                 "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s)",

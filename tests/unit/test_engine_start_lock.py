@@ -64,3 +64,38 @@ def test_without_nvml_gpus_are_named_by_index(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML not installed: import fails
     assert gpu_names(StartLockOptions(cuda_visible_devices="1,0")) == ["gpu-0", "gpu-1"]
     assert gpu_names(StartLockOptions(cuda_visible_devices=None)) == ["gpu-all"]
+
+
+def test_a_vllm_start_failed_by_its_memory_profiling_is_tried_again_and_other_errors_are_not() -> None:
+    from scoring.engines.registry import start_with_retries
+
+    calls: list[int] = []
+
+    def flaky() -> object:
+        calls.append(1)
+        if len(calls) < 3:
+            raise AssertionError(
+                "Error in memory profiling. Initial free memory 81.67 GiB, current free memory 81.88 GiB."
+            )
+        return "engine"
+
+    assert start_with_retries(flaky, attempts=4, pause_s=0) == "engine"  # type: ignore[arg-type]
+    assert len(calls) == 3
+
+    def broken() -> object:
+        calls.append(1)
+        raise AssertionError("renderer max_context 4000 must be < max_model_len 2304")
+
+    calls.clear()
+    with pytest.raises(AssertionError, match="max_context"):
+        start_with_retries(broken, attempts=4, pause_s=0)  # type: ignore[arg-type]
+    assert len(calls) == 1
+
+    def always() -> object:
+        calls.append(1)
+        raise AssertionError("Error in memory profiling. again")
+
+    calls.clear()
+    with pytest.raises(AssertionError, match="memory profiling"):
+        start_with_retries(always, attempts=3, pause_s=0)  # type: ignore[arg-type]
+    assert len(calls) == 3
