@@ -14,7 +14,8 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
 from scoring.pipeline import step_rng
-from scoring.selection import select_cold_start, select_strategy
+from scoring.selection import select_cold_start
+from scoring.strategies import Inputs, strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
@@ -74,9 +75,8 @@ def test_each_strategy_selects_through_the_round_service(
     ids = loop_sel.eligible_ids(project=project)
     labeled = loop_sel.labeled_items(project=project)
     emb, labeled_emb = proxy.embeddings(*selection._texts(ids)), proxy.embeddings(labeled.texts, labeled.hashes)
-    expected = select_strategy(
-        "kcenter-only", None, emb, labeled_emb, b=8, m=8, random_share=0.25, rng=step_rng(kc.seed, "select")
-    )
+    inputs = Inputs(n=len(ids), emb=emb, labeled_emb=labeled_emb, random_share=0.25)
+    expected = strategy("kcenter-only").choose(inputs, b=8, rng=step_rng(kc.seed, "select"))
     kc = _finish(kc)
     assert [i for i, _, _ in _batch(kc)] == ids[expected.indices].tolist()
     assert {(s, u) for _, s, u in _batch(kc)} == {("active", None)}
