@@ -86,6 +86,35 @@ def test_each_strategy_selects_through_the_round_service(
     assert not Item.objects.filter(id__in=picked, is_test=True).exists()
 
 
+def test_choose_batch_only_reads_and_selection_record_writes(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """Choosing a scored round's batch writes nothing (no prediction, no review move, no metric, no
+    batch row); selection_record then writes all of it and moves the round to labeling."""
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    _finish(_to_selecting(project, "active"))  # the cold round
+    row = _to_selecting(project, "uncertainty-only")
+    assert row.status == "selecting"
+
+    def state() -> tuple[Any, ...]:
+        items = list(Item.objects.filter(project=project).order_by("id").values_list("state", flat=True))
+        metrics = Round.objects.get(id=row.id).metrics
+        return Prediction.objects.count(), items, metrics, BatchItem.objects.filter(round=row).count()
+
+    before = state()
+    batch = selection.choose_batch(round=row)
+    assert state() == before
+    assert len(batch.rows) == 8 and batch.explanation.startswith("the 8 most uncertain")
+    assert batch.scored is not None and {s for _, s, _ in batch.rows} == {"active"}
+
+    selection.selection_record(round=row, batch=batch)
+    row.refresh_from_db()
+    assert row.status == "labeling" and _batch(row) == batch.rows
+    assert Prediction.objects.filter(round=row).count() == len(batch.scored.ids)
+    assert row.metrics["choice"] == batch.explanation
+    assert row.metrics["eligible_scored"] == batch.metrics["eligible_scored"] and "review_bucket" in row.metrics
+
+
 @pytest.mark.parametrize("asked", ["active", "random"])
 def test_a_cold_round_picks_typical_items_unless_the_project_runs_random(
     asked: str, shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
