@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from django.db import transaction
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -49,7 +49,7 @@ def _select(row: Round) -> None:
         return
     started = time.perf_counter()
     batch = choose_batch(round=row)
-    testhooks.stall("select", row.number)
+    steppoints.reached("select", row.number)
     selection_record(round=row, batch=batch)
     if not batch.rows:
         _nothing_chosen(row)
