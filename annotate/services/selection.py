@@ -178,13 +178,11 @@ class ChosenBatch:
     scored: Scored | None = None
 
 
-def round_strategy(row: Round) -> strategies.Strategy:
+def round_strategy(row: Round, config: ensemble.LoopConfig) -> strategies.Strategy:
     """The round's strategy. A cold round's mode was fixed when it was planned (planning.cold_mode);
-    rows planned before that was recorded follow the deployment's option."""
+    rows planned before that was recorded follow the round's configuration."""
     if row.strategy == "cold-start":
-        return strategies.cold_strategy(
-            str((row.metrics or {}).get("cold_mode", round_config(row).selection.cold_mode))
-        )
+        return strategies.cold_strategy(str((row.metrics or {}).get("cold_mode", config.selection.cold_mode)))
     return strategies.strategy(row.strategy)
 
 
@@ -196,7 +194,7 @@ def choose_batch(*, round: Round) -> ChosenBatch:
     picks from the whole eligible pool, so last round's most uncertain items carried into the
     candidates cannot bias it."""
     config = round_config(round)
-    chooser = round_strategy(round)
+    chooser = round_strategy(round, config)
     ids = loop_sel.eligible_ids(project=round.project)
     if len(ids) == 0:  # the planner scored nothing either (planning._plan): nothing to pick from
         return ChosenBatch([], "no eligible item")
@@ -264,10 +262,10 @@ def _inputs(
 
 
 def selection_record(*, round: Round, batch: ChosenBatch) -> None:
-    """The one writer of a selection's results: the round's predictions (upserted), its low-label-mass
-    items moved to the leads' review bucket, the keys of Round.metrics the selection sets, then — in
-    one transaction with them — the batch as BatchItem rows and the round moved to labeling. Every
-    write is idempotent, so a replay after a kill writes the same rows."""
+    """The one writer of a selection's results: the round's predictions (upserted) and its
+    low-label-mass items moved to the leads' review bucket, then in one transaction the keys of
+    Round.metrics the selection sets, the batch as BatchItem rows and the round moved to labeling.
+    Every write is idempotent, so a replay after a kill writes the same rows."""
     metrics = dict(batch.metrics)
     if batch.scored is not None:
         metrics["review_bucket"] = _scored_record(round, batch.scored)
