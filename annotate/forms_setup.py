@@ -17,7 +17,7 @@ from django.http import QueryDict
 
 from annotate.models import Label, Project
 from annotate.services.projects import LabelInput
-from scoring.selection import STRATEGIES
+from scoring.strategies import STRATEGIES
 
 UNLABELABLE = "unlabelable"
 

@@ -43,7 +43,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from annotate.models import Item, Round
     from annotate.services import rounds
-    from annotate.services.oracle import annotator, label_batch, trec_project
+    from devtools.oracle import annotator, label_batch, trec_project
 
     tmp = Path(os.environ["VAR_DIR"]) / "bench"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,9 @@ EMBEDDING_DIR = VAR_DIR / "embeddings"
 # engine_options), as JSON, e.g. ALANN_LOOP_OPTIONS='{"n_shards": 8}'. Read here once; checked and
 # typed by annotate.loopconfig.loop_options(), which loop_config alone reads.
 LOOP_OPTIONS = json.loads(os.environ.get("ALANN_LOOP_OPTIONS") or "{}")
+# A callable run at each named step point of the step services (annotate/steppoints.py), as a dotted
+# path; None in production. The crash tests set devtools.stall.stall to stop a worker where they kill it.
+STEP_HOOK = os.environ.get("ALANN_STEP_HOOK") or None
 # A gpu worker starts this engine ("vllm" or "hf") for the default model as soon as it is up, instead of
 # in its first round (a vLLM start takes 40-90 s on the H200: bench/RESULTS.md); empty: on first use.
 ENGINE_PREWARM = os.environ.get("ALANN_ENGINE_PREWARM", "")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from scoring.cache import ScoreCache
     from scoring.engines import AdapterRef, Engine
     from scoring.prompts import PromptRenderer
-    from scoring.selection import Selection, SelectionConfig
+    from scoring.selection import SelectionConfig
 
 # Items per engine call inside a shard: each chunk is put in the score cache as soon as it is done,
 # so a worker killed mid-shard loses at most one chunk (a few seconds of CPU, well under one on GPU).
@@ -220,49 +220,4 @@ def signals(p: np.ndarray, mass: np.ndarray, config: SelectionConfig) -> Signals
         mass_mean=mass_mean,
         uncertainty=uncertainty(config.uncertainty, p, mass) if p.shape[1] else np.zeros(0),
         review=label_mass_filter(mass_mean, config.mass_threshold) if p.shape[1] else np.zeros(0, bool),
-    )
-
-
-def select(
-    *,
-    cold: bool,
-    n_eligible: int,
-    config: SelectionConfig,
-    rng: np.random.Generator,
-    strategy: str = "active",
-    uncertainty: np.ndarray | None = None,
-    emb: np.ndarray | None = None,
-    labeled_emb: np.ndarray | None = None,
-    committee_p: np.ndarray | None = None,
-    shares: dict[str, float] | None = None,
-    cold_mode: str | None = None,
-) -> Selection:
-    """The batch: cold start (``cold_mode``, default ``config.cold_mode``: random, k-center or
-    typical items over embeddings) or the round's ``strategy``
-    (scoring.selection.select_strategy). Strategies outside NEEDS_EMBEDDINGS (a random cold start
-    too) need no embeddings: round 1 runs in seconds."""
-    from scoring.selection import NEEDS_EMBEDDINGS, select_cold_start, select_strategy
-
-    mode = (cold_mode or config.cold_mode) if cold else None
-    needs = mode != "random" if cold else strategy in NEEDS_EMBEDDINGS
-    if emb is None or labeled_emb is None:
-        if needs:
-            raise ValueError(f"{'a ' + str(mode) + ' cold start' if cold else repr(strategy)} needs embeddings")
-        emb, labeled_emb = np.ones((n_eligible, 1), np.float32), np.zeros((0, 1), np.float32)
-    b = min(config.batch_size, n_eligible)
-    if cold:
-        return select_cold_start(emb, labeled_emb, b=b, rng=rng, mode=mode)  # type: ignore[arg-type]
-    m = max(b, int(round(config.oversample * b)))
-    return select_strategy(
-        strategy,  # type: ignore[arg-type]  # checked by select_strategy
-        uncertainty,
-        emb,
-        labeled_emb,
-        b=b,
-        m=m,
-        random_share=config.random_share,
-        rng=rng,
-        committee_p=committee_p,
-        shares=shares,
-        beta=config.softrank_beta,
     )

@@ -22,19 +22,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-# "active" (the default): a random slice, then soft-rank sampling over the committee's margin (the
-# K adapters + the embedding proxy), near-duplicates skipped. The others are the ablations and the
-# baseline: "margin-kcenter" (the wave-1 default: top-M by margin, then farthest-first k-center),
-# "uncertainty-only" (top-B by the ensemble's uncertainty), "kcenter-only" and "random".
-# "portfolio": the random slice, the rest split among margin / soft-rank / random by the measured gain
-# of each arm's past picks (scoring.portfolio).
-STRATEGIES = ("active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter", "portfolio")
-Strategy = Literal["active", "random", "uncertainty-only", "kcenter-only", "margin-kcenter", "portfolio"]
-# What each strategy reads besides the eligible rows; the round service computes nothing else (a
-# round of a strategy outside NEEDS_SCORES is not scored at all, and picks from the whole pool).
-NEEDS_SCORES = frozenset({"active", "uncertainty-only", "margin-kcenter", "portfolio"})
-NEEDS_EMBEDDINGS = frozenset({"active", "kcenter-only", "margin-kcenter", "portfolio"})
-NEEDS_LABELS = frozenset({"active", "portfolio"})  # the proxy member trains on the labels so far
+# The strategies that combine these functions, and what each reads: scoring/strategies.py.
+
 # Cosine similarity above which two texts count as near-duplicates (paraphrase-level for MiniLM):
 # labelling the second teaches the model almost nothing the first did not.
 NEAR_DUPLICATE = 0.95
@@ -453,52 +442,11 @@ def select_portfolio(
     return Selection(indices=sel.indices, is_random=sel.is_random, arms=tuple(arms))
 
 
-def select_strategy(
-    name: Strategy,
-    uncertainty: np.ndarray | None,
-    emb: np.ndarray,
-    labeled_emb: np.ndarray,
-    *,
-    b: int,
-    m: int,
-    random_share: float,
-    rng: RngLike,
-    device: str | None = None,
-    committee_p: np.ndarray | None = None,
-    shares: dict[str, float] | None = None,
-    beta: float = DEFAULT_SOFTRANK_BETA,
-) -> Selection:
-    """One entry point per strategy: "active" (random slice + soft-rank committee draws at rank
-    exponent ``beta``, needs ``committee_p``), "portfolio" (needs ``committee_p`` and the arms' ``shares``),
-    "margin-kcenter" (random slice + top-M + k-center), "random",
-    "uncertainty-only" (top-b, seeded tie-break) and "kcenter-only" (k-center over the whole pool).
-    ``uncertainty`` may be None for the arms that ignore it."""
-    x = _as_matrix(emb, "emb")
-    if name == "random":
-        return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="random")
-    if name == "kcenter-only":
-        return select_cold_start(x, labeled_emb, b=b, rng=rng, mode="diversity", device=device)
-    if name == "active":
-        if committee_p is None:
-            raise SelectionInputError("strategy 'active' needs the committee's distributions")
-        return select_committee(committee_p, x, labeled_emb, b=b, random_share=random_share, rng=rng, beta=beta)
-    if name == "portfolio":
-        if committee_p is None or shares is None:
-            raise SelectionInputError("strategy 'portfolio' needs the committee's distributions and the arms' shares")
-        return select_portfolio(
-            committee_p, x, labeled_emb, b=b, random_share=random_share, shares=shares, rng=rng, beta=beta
-        )
-    if uncertainty is None:
-        raise SelectionInputError(f"strategy {name!r} needs uncertainty scores")
-    if name == "margin-kcenter":
-        return select_batch(uncertainty, x, labeled_emb, b=b, m=m, random_share=random_share, rng=rng, device=device)
-    if name == "uncertainty-only":
-        u = _as_vector(uncertainty, "uncertainty")
-        if len(u) != len(x):
-            raise SelectionInputError(f"uncertainty has {len(u)} rows but emb has {len(x)}")
-        _check_b(b, len(u))
-        return _selection(np.empty(0, np.int64), _rank_desc(u, np.random.default_rng(rng))[:b])
-    raise SelectionInputError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
+def select_top_uncertainty(uncertainty: np.ndarray, *, b: int, rng: RngLike) -> Selection:
+    """The ``b`` most uncertain rows, highest first; ties in a seeded random order."""
+    u = _as_vector(uncertainty, "uncertainty")
+    _check_b(b, len(u))
+    return _selection(np.empty(0, np.int64), _rank_desc(u, np.random.default_rng(rng))[:b])
 
 
 # --- helpers -----------------------------------------------------------------------------------

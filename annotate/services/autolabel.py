@@ -32,7 +32,7 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import loop_config, worker_config
 from annotate.models import (
     AutoLabel,
@@ -673,7 +673,7 @@ def _run_shard(row: AutolabelShard) -> None:
     started = time.perf_counter()
     for start in range(0, len(items), run.chunk_size):
         decider.decide(items[start : start + run.chunk_size])
-        testhooks.stall("autolabel", row.shard)  # a chunk committed, the shard not done
+        steppoints.reached("autolabel", row.shard)  # a chunk committed, the shard not done
     AutolabelShard.objects.filter(id=row.id, status=ShardStatus.RUNNING).update(
         status=ShardStatus.DONE, seconds=F("seconds") + (time.perf_counter() - started), error=""
     )

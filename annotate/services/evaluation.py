@@ -22,7 +22,7 @@ import numpy as np
 from django.db import transaction
 from django.db.models import Sum
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import round_config, round_frozen, round_stop_set_size, worker_config
 from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -386,7 +386,7 @@ def _evaluate(row: Round) -> None:
         metrics["reliability_svg"] = curves.reliability_svg(
             metrics["prod"]["reliability"], title=f"Round {row.number} reliability"
         )
-    testhooks.stall("evaluate", row.number)
+    steppoints.reached("evaluate", row.number)
     add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_kind())
     with transaction.atomic():
         round_transition(row.id, S.EVALUATING, S.DONE, metrics=_clean(metrics), cost=_cost(row, metrics, labels_used))

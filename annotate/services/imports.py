@@ -43,7 +43,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.models import ImportJob, Item, Label, Project
 from scoring.cache import text_hash
 
@@ -582,7 +582,7 @@ def _insert(path: Path, *, project: Project, job: ImportJob | None, filename: st
                 _write_chunk(cursor, sql, chunk)
                 created += len(chunk)
                 chunk = []
-                testhooks.stall("import", filename)
+                steppoints.reached("import", filename)
         if chunk:
             _write_chunk(cursor, sql, chunk)
     return created + len(chunk)

@@ -17,7 +17,7 @@ from annotate.services import claims
 from annotate.services.round_state import S, round_score_dir, round_transition
 from scoring import pipeline
 from scoring.files import atomic_save_npy
-from scoring.selection import NEEDS_SCORES
+from scoring.strategies import strategy
 
 
 def is_cold(row: Round) -> bool:
@@ -53,7 +53,7 @@ def _plan(row: Round) -> None:
         metrics = {**(row.metrics or {}), "cold_mode": cold_mode(row)}
         round_transition(row.id, S.PENDING, S.SELECTING, strategy="cold-start", metrics=metrics)
         return
-    if row.strategy not in NEEDS_SCORES:
+    if not strategy(row.strategy).needs_scores:
         round_transition(row.id, S.PENDING, S.SELECTING)
         return
     scoring_plan(round=row)

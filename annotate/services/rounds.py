@@ -47,7 +47,7 @@ from annotate.services import claims, evaluation, planning, scoring, selection, 
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
 from annotate.services.workers import on_this_host, worker_alive, worker_id
-from scoring.selection import STRATEGIES
+from scoring.strategies import STRATEGIES
 
 ACTIVE_STATUSES = Round.ACTIVE_STATUSES
 K = WorkClaim.Kind
@@ -71,7 +71,7 @@ __all__ = [
 
 
 class UnknownStrategyError(RoundError):
-    """A strategy that is not one of scoring.selection.STRATEGIES (a bad request, not a busy round)."""
+    """A strategy that is not one of scoring.strategies.STRATEGIES (a bad request, not a busy round)."""
 
 
 def check_strategy(strategy: str) -> str:

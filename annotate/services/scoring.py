@@ -20,7 +20,7 @@ import numpy as np
 from django.conf import settings
 from django.db.models import F, Sum
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import worker_config
 from annotate.models import Item, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
@@ -93,7 +93,7 @@ def _score(shard: ScoreShard) -> None:
 
     def progress(n: int) -> None:
         Round.objects.filter(id=row.id).update(items_scored=F("items_scored") + n)
-        testhooks.stall("score", row.number)
+        steppoints.reached("score", row.number)
 
     scored = pipeline.score_items(
         ensemble.make_engine(config),

@@ -1,29 +1,32 @@
-"""The selection step of a round (selecting → labeling): the batch the round's strategy picks, written
-once as BatchItem rows (source cold / active / random), with the round's predictions upserted and
-low-label-mass items moved to the leads' review bucket on the way.
+"""The selection step of a round (selecting → labeling): choose_batch reads what the round's strategy
+declares (scoring/strategies.py) and lets it pick; selection_record alone writes the result — the
+round's predictions upserted, low-label-mass items moved to the leads' review bucket, the round's
+metrics, and the batch as BatchItem rows (source cold / active / random), written once.
 
-Cold rounds pick at random or for diversity over the eligible pool; strategies that read scores
-(scoring.selection.NEEDS_SCORES) pick from the round's scored, eligible candidates, refused unless
-scored with the current adapter set and prompt (fail closed); the others from the whole eligible pool.
+Cold rounds pick at random or for diversity over the eligible pool; strategies that read scores pick
+from the round's scored, eligible candidates, refused unless scored with the current adapter set and
+prompt (fail closed); the others from the whole eligible pool.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.db import transaction
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
-from scoring import pipeline, portfolio
+from scoring import pipeline, portfolio, strategies
+from scoring.selection import committee_distribution
 from training import ensemble
 
 PREDICTION_CHUNK = 2000
@@ -45,21 +48,12 @@ def _select(row: Round) -> None:
         round_transition(row.id, S.SELECTING, S.TRAINING, train_steps_total=0, train_steps_done=0)
         return
     started = time.perf_counter()
-    chosen = choose_batch(round=row)
-    testhooks.stall("select", row.number)
-    if not chosen:
+    batch = choose_batch(round=row)
+    steppoints.reached("select", row.number)
+    selection_record(round=row, batch=batch)
+    if not batch.rows:
         _nothing_chosen(row)
         return
-    with transaction.atomic():
-        BatchItem.objects.bulk_create(
-            [
-                BatchItem(round=row, item_id=item_id, source=source, rank=rank, uncertainty=u)
-                for rank, (item_id, source, u) in enumerate(chosen)
-            ],
-            ignore_conflicts=True,
-        )
-        batch_overlap_apply(round=row)  # the overlap share of the batch needs k distinct annotators
-        round_transition(row.id, S.SELECTING, S.LABELING)
     add_cost(round_id=row.id, step="selecting", seconds=time.perf_counter() - started, device="cpu")
 
 
@@ -163,80 +157,162 @@ def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
     return [rows[int(i)][0] for i in ids], [rows[int(i)][1] for i in ids]
 
 
-def choose_batch(*, round: Round) -> list[tuple[int, str, float | None]]:
-    """The round's batch as (item id, source, uncertainty), in rank order, picked by the round's
-    strategy. Cold rounds: random or diversity over the eligible pool. Strategies that read scores
-    (NEEDS_SCORES): the round's scores (refused unless made with the current adapter set and prompt),
-    predictions upserted, low mass → review, then the selection over the eligible scored rows. The
-    others (random, kcenter-only): the whole eligible pool, so last round's most uncertain items
-    carried into the candidates cannot bias them."""
-    from scoring.selection import NEEDS_EMBEDDINGS, NEEDS_LABELS, NEEDS_SCORES, committee_distribution
+@dataclass(frozen=True)
+class Scored:
+    """The round's full-ensemble rows (every scored candidate, eligible or not): what selection_record
+    writes as Prediction rows and, under the label-mass threshold, as review-bucket moves."""
 
+    ids: np.ndarray  # int64[N] item ids
+    signals: pipeline.Signals
+    threshold: float
+
+
+@dataclass(frozen=True)
+class ChosenBatch:
+    """What the round's strategy chose, not yet written: the rows in rank order as (item id, source,
+    uncertainty), the strategy's explanation, the keys of Round.metrics it sets and the scores read."""
+
+    rows: list[tuple[int, str, float | None]]
+    explanation: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    scored: Scored | None = None
+
+
+def round_strategy(row: Round, config: ensemble.LoopConfig) -> strategies.Strategy:
+    """The round's strategy. A cold round's mode was fixed when it was planned (planning.cold_mode);
+    rows planned before that was recorded follow the round's configuration."""
+    if row.strategy == "cold-start":
+        return strategies.cold_strategy(str((row.metrics or {}).get("cold_mode", config.selection.cold_mode)))
+    return strategies.strategy(row.strategy)
+
+
+def choose_batch(*, round: Round) -> ChosenBatch:
+    """The round's batch as its strategy picks it; reads only (selection_record writes). The strategy
+    gets exactly the inputs it declares (scoring/strategies.py): scores — the round's, refused unless
+    made with the current adapter set and prompt, low label mass left out for the review bucket —
+    embeddings, and the labels' committee member and portfolio split. A strategy that reads no scores
+    picks from the whole eligible pool, so last round's most uncertain items carried into the
+    candidates cannot bias it."""
     config = round_config(round)
-    cold = round.strategy == "cold-start"
-    ids, u, mean_p = loop_sel.eligible_ids(project=round.project), None, None
+    chooser = round_strategy(round, config)
+    ids = loop_sel.eligible_ids(project=round.project)
     if len(ids) == 0:  # the planner scored nothing either (planning._plan): nothing to pick from
-        return []
-    if not cold and round.strategy in NEEDS_SCORES:
-        ids, u, mean_p = _eligible_scored(round, config, ids)
-    if len(ids) == 0:
-        return []
-    emb = labeled_emb = committee_p = None
-    split = None
-    # A cold round's mode was fixed when it was planned (planning.cold_mode); rows planned before
-    # that was recorded follow the deployment's option.
-    mode = str((round.metrics or {}).get("cold_mode", config.selection.cold_mode)) if cold else None
-    if cold and mode != "random":
+        return ChosenBatch([], "no eligible item")
+    metrics: dict[str, Any] = {}
+    scored = u = mean_p = None
+    if chooser.needs_scores:
+        scored = _scored(round, config)
+        keep = ~scored.signals.review & np.isin(scored.ids, ids)
+        ids, u, mean_p = scored.ids[keep], scored.signals.uncertainty[keep], scored.signals.mean_p[keep]
+        metrics["eligible_scored"] = len(ids)
+        if len(ids) == 0:
+            return ChosenBatch([], "no scored candidate was eligible", metrics, scored)
+    if chooser.cold and chooser.needs_embeddings:
         ids = _cold_sample(ids, round.seed)
-    needs_embeddings = mode != "random" if cold else round.strategy in NEEDS_EMBEDDINGS
-    if needs_embeddings:
-        labeled = loop_sel.labeled_items(project=round.project)
-        seen = _cold_sample(np.arange(len(labeled.texts)), round.seed, "cold-labeled") if cold else None
-        emb = embeddings(*_texts(ids))
-        if seen is None:
-            labeled_emb = embeddings(labeled.texts, labeled.hashes)
-        else:  # a cold round only needs where the labels lie: a sample of thousands of imported ones
-            labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
-        if not cold and round.strategy in NEEDS_LABELS and mean_p is not None:
-            proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
-            by_blend = config.selection.committee == "blend"
-            weight = _committee_weight(round) if by_blend else None
-            committee_p = committee_distribution(mean_p, proxy_p, config.k, weight=weight)
-            if by_blend:  # a null weight: no evaluation has fitted one yet, so the K + 1 equal members drew
-                _merge_metrics(round.id, committee={"mode": "blend", "weight": weight})
-            if round.strategy == "portfolio":
-                split = portfolio_split(
-                    round=round, labeled=labeled, labeled_emb=labeled_emb, n_classes=mean_p.shape[1]
-                )
-    sel = pipeline.select(
-        cold=cold,
-        strategy=round.strategy,
-        n_eligible=len(ids),
-        config=config.selection,
-        rng=pipeline.step_rng(round.seed, "select"),
-        uncertainty=u,
-        emb=emb,
-        labeled_emb=labeled_emb,
-        committee_p=committee_p,
-        shares=None if split is None else split.shares,
-        cold_mode=mode,
-    )
+    inputs, split = _inputs(round, config, chooser, ids, u, mean_p, metrics)
+    choice = chooser.choose(inputs, b=config.selection.batch_size, rng=pipeline.step_rng(round.seed, "select"))
     if split is not None:
         picks: dict[str, list[int]] = {}
-        for i, arm in zip(sel.indices, sel.arms, strict=True):
+        for i, arm in zip(choice.indices, choice.arms, strict=True):
             picks.setdefault(arm, []).append(int(ids[i]))
-        _merge_metrics(round.id, selection={**portfolio.split_to_json(split), "picks": picks})
-    return [
-        (int(ids[i]), "cold" if cold else "random" if r else "active", None if u is None else float(u[i]))
-        for i, r in zip(sel.indices, sel.is_random, strict=True)
+        metrics["selection"] = {**portfolio.split_to_json(split), "picks": picks}
+    rows = [
+        (int(ids[i]), "cold" if chooser.cold else "random" if r else "active", None if u is None else float(u[i]))
+        for i, r in zip(choice.indices, choice.is_random, strict=True)
     ]
+    return ChosenBatch(rows, choice.explanation, metrics, scored)
+
+
+def _inputs(
+    row: Round,
+    config: ensemble.LoopConfig,
+    chooser: strategies.Strategy,
+    ids: np.ndarray,
+    u: np.ndarray | None,
+    mean_p: np.ndarray | None,
+    metrics: dict[str, Any],
+) -> tuple[strategies.Inputs, portfolio.Split | None]:
+    """The strategy's declared inputs over the eligible ``ids`` (the committee's mode added to
+    ``metrics`` when it follows the blend), and the portfolio's split when it reads one."""
+    sel = config.selection
+    base = strategies.Inputs(
+        n=len(ids), uncertainty=u, random_share=sel.random_share, oversample=sel.oversample, beta=sel.softrank_beta
+    )
+    if not chooser.needs_embeddings:
+        return base, None
+    labeled = loop_sel.labeled_items(project=row.project)
+    emb = embeddings(*_texts(ids))
+    if chooser.cold:  # a cold round only needs where the labels lie: a sample of thousands of imported ones
+        seen = _cold_sample(np.arange(len(labeled.texts)), row.seed, "cold-labeled")
+        labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
+    else:
+        labeled_emb = embeddings(labeled.texts, labeled.hashes)
+    committee_p = split = None
+    if "committee_p" in chooser.needs and mean_p is not None:
+        proxy_p = proxy_probabilities(labeled_emb, labeled.label_indices, emb, mean_p.shape[1])
+        by_blend = sel.committee == "blend"
+        weight = _committee_weight(row) if by_blend else None
+        committee_p = committee_distribution(mean_p, proxy_p, config.k, weight=weight)
+        if by_blend:  # a null weight: no evaluation has fitted one yet, so the K + 1 equal members drew
+            metrics["committee"] = {"mode": "blend", "weight": weight}
+        if "shares" in chooser.needs:
+            split = portfolio_split(round=row, labeled=labeled, labeled_emb=labeled_emb, n_classes=mean_p.shape[1])
+    shares = None if split is None else split.shares
+    return replace(base, committee_p=committee_p, emb=emb, labeled_emb=labeled_emb, shares=shares), split
+
+
+def selection_record(*, round: Round, batch: ChosenBatch) -> None:
+    """The one writer of a selection's results: the round's predictions (upserted) and its
+    low-label-mass items moved to the leads' review bucket, then in one transaction the keys of
+    Round.metrics the selection sets, the batch as BatchItem rows and the round moved to labeling.
+    Every write is idempotent, so a replay after a kill writes the same rows."""
+    metrics = dict(batch.metrics)
+    if batch.scored is not None:
+        metrics["review_bucket"] = _scored_record(round, batch.scored)
+    if batch.rows:
+        metrics["choice"] = batch.explanation
+    with transaction.atomic():
+        _merge_metrics(round.id, **metrics)
+        if not batch.rows:
+            return
+        BatchItem.objects.bulk_create(
+            [
+                BatchItem(round=round, item_id=item_id, source=source, rank=rank, uncertainty=u)
+                for rank, (item_id, source, u) in enumerate(batch.rows)
+            ],
+            ignore_conflicts=True,
+        )
+        batch_overlap_apply(round=round)  # the overlap share of the batch needs k distinct annotators
+        round_transition(round.id, S.SELECTING, S.LABELING)
+
+
+def _scored_record(row: Round, scored: Scored) -> int:
+    """Predictions and review moves of the scored rows; how many of the low-mass ones are in review."""
+    sig = scored.signals
+    predictions_upsert(
+        round=row,
+        item_ids=scored.ids,
+        mean_p=sig.mean_p,
+        mass_mean=sig.mass_mean,
+        uncertainty=sig.uncertainty,
+        prompt_hash=row.prompt_hash,
+        adapter_set_hash=row.adapter_set_hash,
+    )
+    low = scored.ids[sig.review]
+    review_bucket_move(
+        item_ids=low.tolist(),
+        mass={int(i): float(m) for i, m in zip(scored.ids, sig.mass_mean, strict=True)},
+        threshold=scored.threshold,
+    )
+    # Counted from the rows, not from this call's moves, so a replayed selection reports the same.
+    return int(Item.objects.filter(id__in=low.tolist(), state=Item.State.REVIEW).count())
 
 
 def _cold_sample(ids: np.ndarray, seed: int, step: str = "cold-sample") -> np.ndarray:
     """What a typical or diversity cold round embeds and clusters (eligible ids, or positions of the
     labeled items): all of them, or a seeded sample of TYPICAL_MAX_POINTS — a 2-million-row pool must
     not be embedded before its first round."""
-    from scoring.selection import TYPICAL_MAX_POINTS
+    from scoring.selection import TYPICAL_MAX_POINTS  # read at call time: tests shrink it
 
     if len(ids) <= TYPICAL_MAX_POINTS:
         return ids
@@ -265,8 +341,10 @@ def portfolio_split(
 
 
 def _merge_metrics(round_id: int, **values: Any) -> None:
-    """Set keys of the round's metrics, keeping the others (read afresh: another step of this
-    selection may have written since the row was loaded)."""
+    """Set keys of the round's metrics, keeping the others (read afresh: another step may have
+    written since the row was loaded)."""
+    if not values:
+        return
     metrics = dict(Round.objects.get(id=round_id).metrics or {})
     metrics.update(values)
     Round.objects.filter(id=round_id).update(metrics=metrics)
@@ -287,46 +365,13 @@ def _committee_weight(row: Round) -> float | None:
     return float(weight)
 
 
-def _eligible_scored(
-    row: Round, config: ensemble.LoopConfig, eligible: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The round's scored rows still eligible: ids, uncertainty, the ensemble's mean distribution;
-    the review count in metrics."""
-    ids, u, mean_p, review_count = _scored_candidates(row, config)
-    keep = np.isin(ids, eligible)
-    ids, u, mean_p = ids[keep], u[keep], mean_p[keep]
-    metrics = dict(row.metrics or {})
-    metrics.update({"review_bucket": review_count, "eligible_scored": len(ids)})
-    Round.objects.filter(id=row.id).update(metrics=metrics)
-    return ids, u, mean_p
-
-
-def _scored_candidates(row: Round, config: ensemble.LoopConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Full-ensemble rows of the round's shards → predictions, review bucket; (ids, uncertainty,
-    mean distribution, moved)."""
+def _scored(row: Round, config: ensemble.LoopConfig) -> Scored:
+    """The full-ensemble rows of the round's shards and their signals; refused (fail closed) unless
+    scored with the current adapter set."""
     from scoring.cache import require_current
 
     require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
     paths = [Path(p) for p in ScoreShard.objects.filter(round=row).order_by("shard").values_list("path", flat=True)]
     ids, p, mass, full = pipeline.load_shards(paths)
     ids, p, mass = ids[full], p[:, full], mass[:, full]
-    sig = pipeline.signals(p, mass, config.selection)
-    predictions_upsert(
-        round=row,
-        item_ids=ids,
-        mean_p=sig.mean_p,
-        mass_mean=sig.mass_mean,
-        uncertainty=sig.uncertainty,
-        prompt_hash=row.prompt_hash,
-        adapter_set_hash=row.adapter_set_hash,
-    )
-    low = ids[sig.review]
-    review_bucket_move(
-        item_ids=low.tolist(),
-        mass={int(i): float(m) for i, m in zip(ids, sig.mass_mean, strict=True)},
-        threshold=config.selection.mass_threshold,
-    )
-    # Counted from the rows, not from this call's moves, so a replayed selection reports the same.
-    in_review = int(Item.objects.filter(id__in=low.tolist(), state=Item.State.REVIEW).count())
-    keep = ~sig.review
-    return ids[keep], sig.uncertainty[keep], sig.mean_p[keep], in_review
+    return Scored(ids, pipeline.signals(p, mass, config.selection), config.selection.mass_threshold)

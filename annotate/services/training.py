@@ -23,7 +23,7 @@ from pathlib import Path
 from django.db.models import F
 from django.db.models.functions import Least
 
-from annotate import testhooks
+from annotate import steppoints
 from annotate.loopconfig import round_config, worker_config
 from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -184,7 +184,7 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
                 train_steps_done=Least(F("train_steps_done") + delta, F("train_steps_total"))
             )
         if 2 * done >= total:  # crash tests: halfway through the adapter, its checkpoint written
-            testhooks.stall("train", f"{row.project.name}-{arm}:{k}")
+            steppoints.reached("train", f"{row.project.name}-{arm}:{k}")
 
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
     trained = ensemble.train_member(

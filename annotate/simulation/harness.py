@@ -50,7 +50,7 @@ from annotate.models import BatchItem, Item, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from annotate.services.projects import LabelInput, project_create
-from scoring.selection import STRATEGIES  # the production selection and the three ablations
+from scoring.strategies import STRATEGIES  # the production selection and the three ablations
 from training.ensemble import LoopConfig
 
 FULL_DATA = "full-data"

@@ -3,7 +3,7 @@ CPU in minutes.
 
 The learner is the embedding proxy (scoring.proxy: logistic regression on the cached MiniLM vectors,
 the cheap loop of ../shared/design/BASELINES.md), retrained from scratch each round; the committee is
-that proxy alone. What runs is the production selection code (scoring.selection.select_strategy and
+that proxy alone. What runs is the production selection code (the strategies of scoring.strategies and
 the portfolio's scoring.portfolio), so this measures the *rules* — does soft-rank dilute margin, does
 the portfolio follow the winning arm, is any rule worse than random — without the LLM. It says
 nothing about the LLM loop's own curves: those come from the GPU harness (annotate/simulation/
@@ -30,13 +30,8 @@ import numpy as np
 
 from scoring import portfolio
 from scoring.proxy import fit_proxy
-from scoring.selection import (
-    DEFAULT_SOFTRANK_BETA,
-    STRATEGIES,
-    committee_uncertainty,
-    select_cold_start,
-    select_strategy,
-)
+from scoring.selection import DEFAULT_SOFTRANK_BETA, committee_uncertainty, select_cold_start
+from scoring.strategies import REGISTRY, STRATEGIES, Inputs
 
 RANDOM_SHARE = 0.15
 OVERSAMPLE = 4.0
@@ -117,19 +112,18 @@ def run_job(data: ProxyData, strategy: str, seed: int, spec: ProxySpec) -> list[
             s = portfolio_split(data, labelled, arm_of, gen)
             shares = s.shares
             record["selection"] = portfolio.split_to_json(s)
-        sel = select_strategy(
-            strategy,  # type: ignore[arg-type]  # checked above
-            committee_uncertainty(p),
-            data.pool_x[eligible],
-            data.pool_x[labelled],
-            b=k,
-            m=max(k, int(round(OVERSAMPLE * k))),
-            random_share=spec.random_share,
-            rng=gen,
+        inputs = Inputs(
+            n=len(eligible),
+            uncertainty=committee_uncertainty(p),
             committee_p=p,
+            emb=data.pool_x[eligible],
+            labeled_emb=data.pool_x[labelled],
             shares=shares,
+            random_share=spec.random_share,
+            oversample=OVERSAMPLE,
             beta=spec.softrank_beta,
         )
+        sel = REGISTRY[strategy].choose(inputs, b=k, rng=gen)
         arms = sel.arms or tuple("random" if r else "active" for r in sel.is_random)
         for pos, arm in zip(sel.indices, arms, strict=True):
             arm_of[int(eligible[pos])] = arm

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import connections
 
 from annotate.models import Round
-from annotate.services.oracle import TREC_CODES, annotator, label_batch, trec_project  # noqa: F401  (the tests' helpers)
 from devtools.deployed import stop_groups
+from devtools.oracle import TREC_CODES, annotator, label_batch, trec_project  # noqa: F401  (the tests' helpers)
 from tests import redis_owner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ import pytest
 from annotate.models import AutoLabel, AutolabelRun, AutolabelShard, Calibration
 from annotate.selectors import autolabel as auto_sel
 from annotate.services import autolabel as auto
+from devtools.stall import stall_env
 from tests.integration.round_helpers import live_loop, trec_project, wait_for, wait_workers
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
@@ -34,12 +35,12 @@ def expected_rows(project: Any, item_ids: list[int]) -> dict[int, tuple[int, flo
 def test_a_killed_worker_resumes_to_identical_rows_and_a_rerun_is_a_no_op(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
-    # The worker stalls in the second shard after its first chunk (annotate/testhooks.py): the kill
+    # The worker stalls in the second shard after its first chunk (annotate/steppoints.py, devtools/stall.py): the kill
     # lands mid-shard however fast the machine is (every other chunk and shard runs through).
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
-    monkeypatch.setenv("ALANN_TEST_STALL", "autolabel")
-    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
+    for name, value in stall_env("autolabel", stall_dir).items():
+        monkeypatch.setenv(name, value)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, pool=136)
         workers.start("a")

@@ -47,7 +47,7 @@ def seed_project(*, data_dir: str, work_dir: str, model_dir: str) -> dict[str, A
     from django.contrib.auth.models import Group, User
 
     from annotate.models import ApiToken
-    from annotate.services.oracle import trec_project
+    from devtools.oracle import trec_project
 
     project = trec_project(
         Path(data_dir), Path(work_dir), model_dir=Path(model_dir), pool=64, test=16, auto_retrain_share=1.0

@@ -18,6 +18,7 @@ import pytest
 from annotate.models import AdapterVersion, Round, ScoreShard, WorkClaim
 from annotate.services.rounds import round_request_retrain, round_request_start, round_run_sync
 from annotate.tasks import train_adapter
+from devtools.stall import stall_env
 from tests.integration.round_helpers import (
     ROOT,
     annotator,
@@ -66,15 +67,15 @@ def test_two_gpu_workers_and_a_restart_train_each_adapter_exactly_once(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
 ) -> None:
     use_loop_options(monkeypatch, settings, KILL_OPTIONS)
-    # The worker that trains the trec-crash project's prod:0 stalls halfway through it (annotate/testhooks.py),
+    # The worker that trains the trec-crash project's prod:0 stalls halfway through it (devtools/stall.py),
     # so the kill lands mid-adapter however fast the machine is; every other adapter runs through
     # (a marker says "already passed").
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
     for key in ("trec-ref-prod:0", "trec-ref-prod:1", "trec-ref-prod:2", "trec-crash-prod:1", "trec-crash-prod:2"):
         (stall_dir / f"train-{key}").touch()
-    monkeypatch.setenv("ALANN_TEST_STALL", "train")
-    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
+    for name, value in stall_env("train", stall_dir).items():
+        monkeypatch.setenv(name, value)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("a")
         workers.start("b")

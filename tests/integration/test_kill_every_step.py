@@ -6,7 +6,7 @@ the end state equals an uninterrupted twin run of the same data and seed in a se
 cache: batch rows, predictions, score shards, adapter hashes, metrics, item states; for the import,
 every item and the job's counts.
 
-The kill points are the worker's crash-test hooks (annotate/testhooks.py, ALANN_TEST_STALL): the
+The kill points are the worker's crash-test hooks (annotate/steppoints.py, run by devtools/stall.py): the
 worker announces that it reached the point and waits there, so the kill lands exactly mid-step."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from annotate.models import AdapterVersion, BatchItem, ImportJob, Item, Predicti
 from annotate.services.imports import import_create
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.rounds import round_request_retrain, round_request_start
+from devtools.stall import stall_env
 from tests.integration.round_helpers import (
     TEST_OPTIONS,
     Workers,
@@ -171,8 +172,8 @@ def test_a_round_killed_at_every_step_ends_like_an_uninterrupted_twin(
 
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
-    monkeypatch.setenv("ALANN_TEST_STALL", "select,score,evaluate")
-    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
+    for name, value in stall_env("select,score,evaluate", stall_dir).items():
+        monkeypatch.setenv(name, value)
     (tmp_path / "crash").mkdir()
     with live_loop(tmp_path / "crash", settings, django_db_blocker) as workers:
         crashed = _two_rounds(shared_data, tiny_llama_dir, tmp_path / "crash", workers, Killer(workers, stall_dir))
@@ -212,8 +213,8 @@ def test_an_import_killed_mid_insert_resumes_to_the_same_items(
     source = _import_file(tmp_path / "items.csv", rows)
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
-    monkeypatch.setenv("ALANN_TEST_STALL", "import")
-    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
+    for name, value in stall_env("import", stall_dir).items():
+        monkeypatch.setenv(name, value)
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         states = {}
         for name in ("crash", "twin"):  # the twin's import passes the point: its marker exists by then

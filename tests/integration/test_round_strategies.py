@@ -14,7 +14,8 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
 from scoring.pipeline import step_rng
-from scoring.selection import select_cold_start, select_strategy
+from scoring.selection import select_cold_start
+from scoring.strategies import Inputs, strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
@@ -74,9 +75,8 @@ def test_each_strategy_selects_through_the_round_service(
     ids = loop_sel.eligible_ids(project=project)
     labeled = loop_sel.labeled_items(project=project)
     emb, labeled_emb = proxy.embeddings(*selection._texts(ids)), proxy.embeddings(labeled.texts, labeled.hashes)
-    expected = select_strategy(
-        "kcenter-only", None, emb, labeled_emb, b=8, m=8, random_share=0.25, rng=step_rng(kc.seed, "select")
-    )
+    inputs = Inputs(n=len(ids), emb=emb, labeled_emb=labeled_emb, random_share=0.25)
+    expected = strategy("kcenter-only").choose(inputs, b=8, rng=step_rng(kc.seed, "select"))
     kc = _finish(kc)
     assert [i for i, _, _ in _batch(kc)] == ids[expected.indices].tolist()
     assert {(s, u) for _, s, u in _batch(kc)} == {("active", None)}
@@ -84,6 +84,35 @@ def test_each_strategy_selects_through_the_round_service(
     picked = [i for r in (first, random_round, unc, kc) for i, _, _ in _batch(r)]
     assert len(picked) == len(set(picked)) == 32  # four batches of 8, never an item twice
     assert not Item.objects.filter(id__in=picked, is_test=True).exists()
+
+
+def test_choose_batch_only_reads_and_selection_record_writes(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    """Choosing a scored round's batch writes nothing (no prediction, no review move, no metric, no
+    batch row); selection_record then writes all of it and moves the round to labeling."""
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    _finish(_to_selecting(project, "active"))  # the cold round
+    row = _to_selecting(project, "uncertainty-only")
+    assert row.status == "selecting"
+
+    def state() -> tuple[Any, ...]:
+        items = list(Item.objects.filter(project=project).order_by("id").values_list("state", flat=True))
+        metrics = Round.objects.get(id=row.id).metrics
+        return Prediction.objects.count(), items, metrics, BatchItem.objects.filter(round=row).count()
+
+    before = state()
+    batch = selection.choose_batch(round=row)
+    assert state() == before
+    assert len(batch.rows) == 8 and batch.explanation.startswith("the 8 most uncertain")
+    assert batch.scored is not None and {s for _, s, _ in batch.rows} == {"active"}
+
+    selection.selection_record(round=row, batch=batch)
+    row.refresh_from_db()
+    assert row.status == "labeling" and _batch(row) == batch.rows
+    assert Prediction.objects.filter(round=row).count() == len(batch.scored.ids)
+    assert row.metrics["choice"] == batch.explanation
+    assert row.metrics["eligible_scored"] == batch.metrics["eligible_scored"] and "review_bucket" in row.metrics
 
 
 @pytest.mark.parametrize("asked", ["active", "random"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from scoring.selection import NEEDS_SCORES
+from scoring.strategies import strategy as registered
 from training.blend import GRID
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -37,7 +37,7 @@ def write_data(folder: Path) -> None:
 
 
 def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from annotate.simulation.harness import ARMS  # every production strategy and random-coldstart
+    from annotate.simulation.harness import ARMS, round_strategy  # every production strategy and random-coldstart
 
     write_data(tmp_path / "tiny")
     out, plots = tmp_path / "out", tmp_path / "plots"
@@ -84,7 +84,8 @@ def test_simulate_records_and_plot(tiny_llama_dir: Path, tmp_path: Path) -> None
             assert not set(first["batch_ids"]) & set(second["batch_ids"])
             assert first["sources"] == {"cold": 5}  # the round service's cold start, whatever the strategy
             # Round 2 is the strategy's own pick, by the round service: scored only when it reads scores.
-            assert (second["items_scored"] > 0) == (strategy in NEEDS_SCORES), second
+            asked = round_strategy(strategy, number=2, cold_start_batches=1)
+            assert (second["items_scored"] > 0) == registered(asked).needs_scores, second
             assert set(second["sources"]) <= ({"random"} if strategy == "random" else {"active", "random"})
             # The stopping signal from round 2 on; the portfolio's split where it chose the batch.
             assert first["stop_kappa"] is None and second["stop_kappa"] is not None, second

@@ -15,9 +15,9 @@ from scoring.selection import (
     committee_distribution,
     committee_uncertainty,
     select_committee,
-    select_strategy,
     soft_rank_sample,
 )
+from scoring.strategies import Inputs, strategy
 
 FAST = settings(max_examples=50, deadline=None)
 
@@ -161,10 +161,11 @@ def test_committee_batch_prefers_uncertain_items() -> None:
 def test_active_strategy_needs_the_committee() -> None:
     emb = _unit(np.random.default_rng(4), 10, 4)
     with pytest.raises(SelectionInputError, match="needs the committee"):
-        select_strategy("active", np.zeros(10), emb, np.zeros((0, 4)), b=3, m=6, random_share=0.0, rng=0)
-    sel = select_strategy(
-        "active", None, emb, np.zeros((0, 4)), b=3, m=6, random_share=0.0, rng=0, committee_p=np.full((10, 2), 0.5)
-    )
+        strategy("active").choose(
+            Inputs(n=10, uncertainty=np.zeros(10), emb=emb, labeled_emb=np.zeros((0, 4))), b=3, rng=0
+        )
+    inputs = Inputs(n=10, committee_p=np.full((10, 2), 0.5), emb=emb, labeled_emb=np.zeros((0, 4)))
+    sel = strategy("active").choose(inputs, b=3, rng=0)
     assert len(sel.indices) == 3
 
 
@@ -187,7 +188,7 @@ def test_committee_batch_follows_the_soft_rank_exponent() -> None:
             np.testing.assert_array_equal(sel.indices, again.indices)
         top50[beta] = hits / 150  # share of the 15 committee draws x 10 seeds among the 50 most uncertain
     assert top50[0.0] < 0.35 < top50[1.0] < top50[2.0] < top50[8.0] == 1.0
-    sel = select_strategy(
-        "active", None, emb, np.zeros((0, 32)), b=20, m=40, random_share=0.0, rng=1, committee_p=p, beta=8.0
+    chosen = strategy("active").choose(
+        Inputs(n=300, committee_p=p, emb=emb, labeled_emb=np.zeros((0, 32)), beta=8.0), b=20, rng=1
     )
-    assert max(sel.indices.tolist()) < 30  # near the top-k batch, shuffled among adjacent ranks
+    assert max(chosen.indices.tolist()) < 30  # near the top-k batch, shuffled among adjacent ranks

@@ -1,8 +1,9 @@
 """The layering, read from the source with ast (every import, at module level or inside a function):
 no import cycle anywhere in the tree, the annotate services import each other without a cycle, the
 round step services import neither the tasks, nor the round flow, nor each other, scoring/ and
-training/ never import Django or annotate, and production code imports heavy libraries only inside
-the functions that use them (the web process starts fast and never loads a model)."""
+training/ never import Django or annotate, the shipped packages never import the test fixtures
+(devtools/, tests/), and production code imports heavy libraries only inside the functions that use
+them (the web process starts fast and never loads a model)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ PACKAGES = ("config", "annotate", "scoring", "training", "devtools", "tests")
 # Folders of scripts run with their own folder on sys.path: their modules import each other by file name.
 SCRIPT_DIRS = ("bench", "scripts")
 PRODUCTION = ("config", "annotate", "scoring", "training", "devtools")
+SHIPPED = ("config", "annotate", "scoring", "training")  # what a deployment runs; devtools/ and tests/ are not
 HEAVY = {
     "accelerate", "faiss", "gguf", "matplotlib", "peft", "pyarrow", "safetensors", "sentence_transformers",
     "sklearn", "torch", "transformers", "vllm",
@@ -132,6 +134,9 @@ def test_the_whole_tree_has_no_import_cycle() -> None:
     assert "scoring.engines" in graph["training.ensemble"]  # imported inside train/score functions
     assert "score_bench" in graph["engine_parity"]
     assert "scoring.engines.base" in graph["scoring.engines.hf"]
+    # The engine interface never reaches back to its implementations (they import it; the registry
+    # imports them), so base ↔ hf / vllm is no cycle.
+    assert not graph["scoring.engines.base"] & {"scoring.engines", "scoring.engines.hf", "scoring.engines.vllm"}
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])
 
@@ -149,6 +154,17 @@ def test_step_services_import_no_task_no_flow_and_no_other_step() -> None:
         services = {m for m in graph[helper] if m.startswith("annotate.services.")}
         assert services <= helpers, f"{helper} imports {sorted(services - helpers)}"
     assert not {m for m in graph["annotate.services.round_state"] if m.startswith("annotate.services.")}
+
+
+def test_shipped_packages_import_neither_devtools_nor_tests() -> None:
+    """Test fixtures (the oracle annotator, the crash tests' stall) live in devtools/ and tests/; the
+    app reaches them only through a setting naming a callable (annotate/steppoints.py)."""
+    graph = _graph(*PACKAGES, *SCRIPT_DIRS)
+    for name, imported in sorted(graph.items()):
+        if name.split(".")[0] in SHIPPED:
+            bad = {m for m in imported if m.split(".")[0] in {"devtools", "tests"}}
+            assert not bad, f"{name} imports {sorted(bad)}"
+    assert "devtools.oracle" in graph["tests.integration.round_helpers"]  # the graph sees the fixtures' users
 
 
 def test_scoring_and_training_import_neither_django_nor_annotate() -> None:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from scoring import portfolio
 from scoring.portfolio import ARMS, MIN_SHARE, ArmGain, allocate, estimate_gains, split, split_labels
-from scoring.selection import committee_uncertainty, select_portfolio, select_strategy
+from scoring.selection import committee_uncertainty, select_portfolio
+from scoring.strategies import Inputs, strategy
 
 shares_st = st.lists(st.floats(0.01, 1.0), min_size=1, max_size=4).map(
     lambda w: {f"a{i}": x / sum(w) for i, x in enumerate(w)}
@@ -123,9 +124,8 @@ def test_the_portfolio_batch_gives_each_arm_its_count() -> None:
     rest = np.setdiff1d(np.arange(n), sel.indices[:6])
     top = rest[np.argsort(-u[rest], kind="stable")][: counts["margin"]]
     assert sorted(margin) == sorted(top.tolist())  # random rows share no near-duplicates here
-    same = select_strategy(
-        "portfolio", None, emb, emb[:0], b=40, m=160, random_share=0.15, rng=7, committee_p=p, shares=shares
-    )
+    inputs = Inputs(n=len(emb), committee_p=p, emb=emb, labeled_emb=emb[:0], shares=shares, random_share=0.15)
+    same = strategy("portfolio").choose(inputs, b=40, rng=7)
     assert same.indices.tolist() == sel.indices.tolist()  # one entry point, same draws
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from annotate.simulation.proxy_loop import ProxyData, ProxySpec, run_job
-from scoring.selection import STRATEGIES
+from scoring.strategies import STRATEGIES
 
 
 def _data() -> ProxyData:

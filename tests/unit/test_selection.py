@@ -10,18 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.selection import (
-    STRATEGIES,
-    Selection,
     SelectionInputError,
     kcenter_greedy,
     label_mass_filter,
     select_batch,
     select_cold_start,
     select_hedged,
-    select_strategy,
     select_typical,
     spherical_kmeans,
 )
+from scoring.strategies import STRATEGIES, Choice, Inputs, strategy
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -217,11 +215,12 @@ def test_every_strategy_returns_a_valid_batch(name: str) -> None:
     emb, labeled, u = _unit(rng, 80, 8), _unit(rng, 4, 8), rng.random(80)
     committee = np.stack([u, 1 - u], axis=1)
     shares = {"margin": 0.4, "softrank": 0.3, "random": 0.3}
-    sel = select_strategy(
-        name,  # type: ignore[arg-type]
-        u, emb, labeled, b=8, m=24, random_share=0.25, rng=0, committee_p=committee, shares=shares,
+    inputs = Inputs(
+        n=80, uncertainty=u, committee_p=committee, emb=emb, labeled_emb=labeled, shares=shares,
+        random_share=0.25, oversample=3.0,
     )  # fmt: skip
-    assert isinstance(sel, Selection)
+    sel = strategy(name).choose(inputs, b=8, rng=0)
+    assert isinstance(sel, Choice) and sel.explanation
     assert len(np.unique(sel.indices)) == 8
     if name == "uncertainty-only":
         assert set(sel.indices) == set(np.argsort(-u)[:8])
@@ -229,16 +228,7 @@ def test_every_strategy_returns_a_valid_batch(name: str) -> None:
 
 def test_unknown_strategy_is_rejected() -> None:
     with pytest.raises(SelectionInputError, match="unknown strategy"):
-        select_strategy(
-            "greedy",  # type: ignore[arg-type]
-            np.zeros(3),
-            np.eye(3, dtype=np.float32),
-            np.empty((0, 3)),
-            b=1,
-            m=1,
-            random_share=0.0,
-            rng=0,
-        )
+        strategy("greedy")
 
 
 def test_label_mass_filter_flags_low_mass_rows() -> None:

@@ -25,7 +25,7 @@ from annotate.api import round_json
 from annotate.models import Project, Round
 from annotate.selectors.projects import project_by_ref
 from annotate.services import rounds
-from scoring.selection import STRATEGIES
+from scoring.strategies import STRATEGIES
 
 
 def _project(ref: str) -> Project:
