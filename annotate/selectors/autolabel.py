@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Value
 from django.utils import timezone
 
 from annotate.models import AutoLabel, AutolabelRun, Calibration, DeadLetter, GoldItem, Item, Project
@@ -26,22 +26,41 @@ class EvalItems:
 
 
 def eval_items(*, project: Project) -> EvalItems:
-    """Human-labelled evaluation items: the test set and the gold set, with their final labels."""
-    index = loop_sel.label_index(project=project)
-    gold = GoldItem.objects.filter(item=OuterRef("pk"))
-    rows = list(
+    """Human-labelled evaluation items the calibrator is fitted on and reported against: the test set
+    and the gold set (not the calibration split), with their final labels."""
+    gold = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.GOLD)
+    calibration = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.CALIBRATION)
+    rows = (
         Item.objects.filter(project=project, final_label__isnull=False)
         .filter(Q(is_test=True) | Q(Exists(gold)))
-        .annotate(in_gold=Exists(gold))
-        .order_by("id")
-        .values_list("id", "text", "text_hash", "final_label_id", "in_gold")
+        .exclude(Exists(calibration))
     )
+    return _labelled(project, rows.annotate(in_gold=Exists(gold)))
+
+
+def calibration_inputs(*, project: Project) -> EvalItems:
+    """The labelled items of the calibration split: the only items auto-accept thresholds are fitted
+    on (drawn at random from the pool, disjoint from the test set, the gold set and training)."""
+    calibration = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.CALIBRATION)
+    rows = Item.objects.filter(project=project, final_label__isnull=False, is_test=False).filter(Exists(calibration))
+    return _labelled(project, rows.annotate(in_gold=Value(False)))
+
+
+def calibration_split_counts(*, project: Project) -> dict[str, int]:
+    split = GoldItem.objects.filter(project=project, purpose=GoldItem.Purpose.CALIBRATION)
+    return {"drawn": split.count(), "labelled": split.filter(item__final_label__isnull=False).count()}
+
+
+def _labelled(project: Project, rows: QuerySet[Item]) -> EvalItems:
+    index = loop_sel.label_index(project=project)
+    fields = ("id", "text", "text_hash", "final_label_id", "in_gold")  # in_gold: annotated by the caller
+    rows_list = list(rows.order_by("id").values_list(*fields))
     return EvalItems(
-        item_ids=[r[0] for r in rows],
-        texts=[r[1] for r in rows],
-        hashes=[r[2] for r in rows],
-        y=[index[r[3]] for r in rows],
-        is_gold=[bool(r[4]) for r in rows],
+        item_ids=[r[0] for r in rows_list],
+        texts=[r[1] for r in rows_list],
+        hashes=[r[2] for r in rows_list],
+        y=[index[r[3]] for r in rows_list],
+        is_gold=[bool(r[4]) for r in rows_list],
     )
 
 
