@@ -2,14 +2,17 @@
 the random audit, dead letters.
 
 The bulk job is durable in the same way as round scoring: one AutolabelShard row per slice of the
-run's items (``sha1(item id) % n_shards``), claimed with a conditional UPDATE by one live worker, a
-killed worker's shard reclaimed (the worker start re-enqueues what a running run still needs), a
-finished shard never redone. Results are AutoLabel rows keyed by (item, prompt hash, adapter set),
-written chunk by chunk with an upsert: a shard that is redelivered or resumed skips the items it
-already decided, and a re-run with the same prompt and adapters finds nothing left to do.
+run's items (``sha1(item id) % n_shards``, computed once at plan time into by_shard.npy + offsets.npy
+in the run directory, so a shard reads its items instead of re-hashing the run), claimed with a
+conditional UPDATE by one live worker, a killed worker's shard reclaimed (the worker start
+re-enqueues what a running run still needs), a finished shard never redone. Results are AutoLabel
+rows keyed by (item, prompt hash, adapter set), written chunk by chunk with an upsert: a shard that
+is redelivered or resumed skips the items it already decided, and a re-run with the same prompt and
+adapters finds nothing left to do. The calibration is claimed the same way, so a killed one resumes.
 
-Backpressure: at most ``max_shards_in_flight`` shards are queued or running per run (each finished
-shard enqueues the next), and each engine call gets ``chunk_size`` items.
+Backpressure: at most ``max_shards_in_flight`` shards are queued or running per run and at most
+``max_shards_per_worker`` held by one worker (each finished shard enqueues the next), and each engine
+call gets ``chunk_size`` items.
 
 Decisions use the calibration's thresholds only if the run's rendered prompt has the hash the
 calibration was fitted on (template drift refuses the run and names what changed).
@@ -599,7 +602,8 @@ def run_plan(*, run_id: int) -> AutolabelRun:
         return AutolabelRun.objects.get(id=run.id)
     ids = _plan_items(run, ctx)
     n_shards = max(1, math.ceil(len(ids) / run.shard_items)) if len(ids) else 0
-    counts = np.bincount(pipeline.shard_of(ids, n_shards), minlength=n_shards) if n_shards else np.zeros(0, int)
+    _, offsets = pipeline.write_shard_index(run_dir(run), ids, n_shards)  # every shard's items, hashed once
+    counts = np.diff(offsets)
     with transaction.atomic():
         AutolabelShard.objects.bulk_create(
             [AutolabelShard(run=run, shard=s, n_items=int(counts[s])) for s in range(n_shards)],
@@ -717,8 +721,10 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
 
 def _shard_items(row: AutolabelShard) -> list[int]:
     run = row.run
-    ids = np.load(run_dir(run) / "items.npy")
-    mine = ids[pipeline.shard_of(ids, run.n_shards) == row.shard].tolist()
+    directory = run_dir(run)
+    if not (directory / "offsets.npy").is_file():  # planned before the index existed
+        pipeline.write_shard_index(directory, np.load(directory / "items.npy"), run.n_shards)
+    mine = pipeline.read_shard(directory, row.shard).tolist()
     decided = set(
         AutoLabel.objects.filter(
             item_id__in=mine, prompt_hash=run.prompt_hash, adapter_set_hash=run.adapter_set_hash
