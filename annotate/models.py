@@ -625,6 +625,7 @@ class AutolabelShard(models.Model):
     n_items = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
+    node = models.CharField(max_length=200, blank=True)  # the Celery node holding it: the per-worker cap counts these
     seconds = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
 

@@ -12,8 +12,9 @@ passes the point. Without ALANN_TEST_STALL (production) a call is one environmen
 Points: ``import`` (an import's insert, after its first chunk, inside the transaction), ``score`` (a
 shard, after its first scored chunk was cached and counted), ``select`` (a batch chosen, not yet
 written), ``evaluate`` (the test set scored, metrics not yet written), ``autolabel`` (a bulk run's
-shard, after a chunk's decisions committed; key: the shard's number), ``train`` (an adapter halfway,
-its checkpoint written; key ``<project name>-<arm>:<k>``)."""
+shard, after a chunk's decisions committed; key: the shard's number), ``calibrate`` (a calibration's
+items scored, nothing written; key: its id), ``train`` (an adapter halfway, its checkpoint written;
+key ``<project name>-<arm>:<k>``)."""
 
 from __future__ import annotations
 

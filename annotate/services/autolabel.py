@@ -95,12 +95,12 @@ def _task(task_name: str) -> Any:
     return registered(TASK_NAMES[task_name])
 
 
-def _dispatch(task_name: str, *args: Any) -> None:
+def _dispatch(task_name: str, *args: Any, countdown: float | None = None) -> None:
     task = _task(task_name)
     if _SYNC_RUNNER is not None:
         _SYNC_RUNNER.append((task_name, args))
         return
-    transaction.on_commit(lambda: task.delay(*args))
+    transaction.on_commit(lambda: task.apply_async(args, countdown=countdown))
 
 
 _SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
@@ -408,19 +408,30 @@ def calibration_request(
 
 
 def calibration_run(*, calibration_id: int) -> Calibration:
-    """Score the evaluation items, fit the calibrator and every tier's thresholds (task body)."""
-    if not Calibration.objects.filter(id=calibration_id, status=Calibration.Status.PENDING).update(
-        status=Calibration.Status.RUNNING
-    ):
+    """Score the evaluation items and the calibration split, fit the calibrator and every tier's
+    thresholds (task body). Claimed like a shard: one live worker fits it, and a worker that finds
+    it running on a dead one (killed mid-fit) takes it over and fits it again from the start."""
+    from annotate.services import claims
+    from annotate.services.scoring import worker_id
+
+    me = worker_id()
+    rows = Calibration.objects.filter(
+        id=calibration_id, status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
+    )
+    if not claims.claim(rows, me=me):
         return Calibration.objects.get(id=calibration_id)
     row = Calibration.objects.select_related("project").get(id=calibration_id)
+    if row.attempts > MAX_SHARD_ATTEMPTS:  # it keeps killing its workers: stop, say so
+        calibration_fail(calibration_id=row.id, reason=f"{row.attempts - 1} workers died fitting it")
+        return Calibration.objects.get(id=row.id)
     try:
-        Calibration.objects.filter(id=row.id).update(**_fit(row), status=Calibration.Status.DONE)
+        fitted = _fit(row)
+        Calibration.objects.filter(id=row.id, worker=me, status=Calibration.Status.RUNNING).update(
+            **fitted, status=Calibration.Status.DONE, finished_at=timezone.now()
+        )
     except Exception as exc:
         calibration_fail(calibration_id=row.id, reason=f"{type(exc).__name__}: {exc}")
         raise
-    finally:
-        Calibration.objects.filter(id=row.id).update(finished_at=timezone.now())
     return Calibration.objects.get(id=row.id)
 
 
@@ -439,11 +450,9 @@ def _fit(row: Calibration) -> dict[str, Any]:
     names = [label.name for label in ctx.spec.labels]
     y, y_split, n_ev = np.array(ev.y, dtype=np.int64), np.array(split.y, dtype=np.int64), len(ev.y)
     scores = _score(ctx.engine, ctx.renderer, ev.texts + split.texts, ctx.refs, 256)
-    p_mean, p_split, members_split = (
-        scores.p[:, :n_ev].mean(axis=0),
-        scores.p[:, n_ev:].mean(axis=0),
-        scores.p[:, n_ev:],
-    )
+    testhooks.stall("calibrate", row.id)  # scored, nothing written: a kill here must resume
+    members_split = scores.p[:, n_ev:]
+    p_mean, p_split = scores.p[:, :n_ev].mean(axis=0), members_split.mean(axis=0)
     calibrator = cal.fit_calibrator(p_mean, y)
 
     def rules(pred: np.ndarray, conf: np.ndarray) -> list[dict]:
@@ -555,6 +564,7 @@ def run_request(
     user: Any = None,
     audit_share: float = 0.02,
     max_shards_in_flight: int = 4,
+    max_shards_per_worker: int = 2,
     chunk_size: int = 256,
     shard_items: int = SHARD_ITEMS,
 ) -> AutolabelRun:
@@ -564,8 +574,8 @@ def run_request(
         raise AutolabelError("calibrate first: auto-accept needs thresholds fitted on human labels")
     if not 0.0 <= audit_share <= 0.5:
         raise AutolabelError(f"audit share must be in [0, 0.5], got {audit_share}")
-    if min(max_shards_in_flight, chunk_size, shard_items) < 1:
-        raise AutolabelError("shards in flight, chunk size and shard size must be at least 1")
+    if min(max_shards_in_flight, max_shards_per_worker, chunk_size, shard_items) < 1:
+        raise AutolabelError("shards in flight (per run and per worker), chunk size and shard size must be at least 1")
     active = AutolabelRun.objects.filter(project=project, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
     with transaction.atomic():
         if active.exists():
@@ -576,6 +586,7 @@ def run_request(
             created_by=user,
             audit_share=audit_share,
             max_shards_in_flight=max_shards_in_flight,
+            max_shards_per_worker=max_shards_per_worker,
             chunk_size=chunk_size,
             shard_items=shard_items,
             seed=project.seed,
@@ -698,9 +709,9 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
     shard or one a live worker holds is left alone; items already decided are skipped."""
     from annotate.services.scoring import worker_id
 
-    me = worker_id()
+    me, node = worker_id(), _node()
     try:
-        if _claim(run_id, shard, me):
+        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node):
             row = AutolabelShard.objects.select_related("run__project", "run__calibration").get(
                 run_id=run_id, shard=shard
             )
@@ -717,6 +728,41 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
     finally:
         _feed(AutolabelRun.objects.get(id=run_id))
     return AutolabelShard.objects.get(run_id=run_id, shard=shard)
+
+
+WORKER_FULL_RETRY_S = 5.0  # a shard its worker had no room for is offered again after this
+
+
+def _node() -> str:
+    """The Celery node running this task (one per GPU worker; its pool's processes share it), else
+    this process."""
+    from celery import current_task
+
+    from annotate.services.scoring import worker_id
+
+    hostname = getattr(getattr(current_task, "request", None), "hostname", None)
+    return str(hostname) if hostname else worker_id()
+
+
+def node_load(node: str, *, me: str = "") -> int:
+    """Shards running on ``node`` held by live processes (``me`` counted without asking)."""
+    from annotate.services.workers import worker_alive
+
+    holders = AutolabelShard.objects.filter(node=node, status=ShardStatus.RUNNING).values_list("worker", flat=True)
+    return sum(1 for w in holders if w == me or worker_alive(w))
+
+
+def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
+    """Claim first, then count (two claims racing on one node both see each other): over the run's
+    ``max_shards_per_worker``, the shard goes back to the queue for another worker, uncounted."""
+    row = AutolabelShard.objects.filter(run_id=run_id, shard=shard, worker=me, status=ShardStatus.RUNNING)
+    row.update(node=node)
+    cap = AutolabelRun.objects.values_list("max_shards_per_worker", flat=True).get(id=run_id)
+    if node_load(node, me=me) <= cap:
+        return True
+    if row.update(status=ShardStatus.QUEUED, worker="", node="", attempts=F("attempts") - 1):
+        _dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
+    return False
 
 
 def _shard_items(row: AutolabelShard) -> list[int]:
@@ -962,12 +1008,18 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 
 
 def autolabel_resume_all() -> int:
-    """Worker start: pending calibrations and runs are (re)started, a running run's queued shards and
-    those whose worker died are enqueued again (duplicates are harmless: the claim lets one in)."""
+    """Worker start: pending calibrations and runs are (re)started, so are calibrations running on a
+    dead worker; a running run's queued shards and those whose worker died are enqueued again
+    (duplicates are harmless: the claim lets one in)."""
     from annotate.services.workers import worker_alive
 
     sent = 0
-    for cal_id in Calibration.objects.filter(status=Calibration.Status.PENDING).values_list("id", flat=True):
+    open_calibrations = Calibration.objects.filter(
+        status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
+    ).values_list("id", "status", "worker")
+    for cal_id, status, worker in open_calibrations:
+        if status == Calibration.Status.RUNNING and worker_alive(worker):
+            continue
         _dispatch("calibrate", cal_id)
         sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
