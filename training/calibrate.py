@@ -30,6 +30,7 @@ from training.thresholds import (  # the auto-accept rule lives there; re-export
     clopper_pearson_interval,
     clopper_pearson_upper,
     fit_thresholds,
+    realised_precision,
 )
 
 EPS = 1e-12
@@ -50,6 +51,7 @@ __all__ = [  # the threshold names callers reach through this module
     "clopper_pearson_interval",
     "clopper_pearson_upper",
     "fit_thresholds",
+    "realised_precision",
 ]
 
 
@@ -313,14 +315,15 @@ class AuditStatus:
     ci_low: float
     ci_high: float
     alarm: bool
+    target: float = DEFAULT_TARGET
 
 
 def audit_status(label: str, correct: int, audited: int, *, target: float) -> AuditStatus:
-    """Measured precision of a class's auto labels with its 95 % Wilson interval. Alarm when the whole
+    """Realised precision of a class's auto labels on the random audit, with its two-sided 95 %
+    Clopper–Pearson interval (exact, like the bound the threshold was chosen by). Alarm when the whole
     interval lies under the target: the audit shows, beyond its noise, that the class misses it."""
-    low, high = wilson_interval(correct, audited)
-    precision = correct / audited if audited else None
-    return AuditStatus(label, audited, correct, precision, low, high, audited > 0 and high < target)
+    found = realised_precision(label, correct, audited, target=target)
+    return AuditStatus(label, audited, correct, found.precision, found.ci_low, found.ci_high, found.alarm, target)
 
 
 # -- budget and progress ----------------------------------------------------------------------------

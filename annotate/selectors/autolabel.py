@@ -137,16 +137,32 @@ def run_progress(*, run: AutolabelRun) -> RunProgress:
 
 def audit_statuses(*, calibration: Calibration) -> list[cal.AuditStatus]:
     """Per class, live: audited auto labels (of every run on this calibration) whose item now has a
-    human final label, right or wrong, with the Wilson interval and the alarm flag."""
+    human final label, right or wrong: realised precision with its Clopper–Pearson interval and the
+    alarm flag."""
     rows = (
         AutoLabel.objects.filter(run__calibration=calibration, audit__in=["pending", "passed", "failed"])
         .filter(item__final_label__isnull=False)
         .values_list("label__name", "label_id", "item__final_label_id")
     )
+    return _realised(calibration, rows)
+
+
+def oracle_precision(*, calibration: Calibration) -> list[cal.AuditStatus]:
+    """Per class: every auto-accepted item of this calibration's runs checked against its oracle
+    label (``Item.gold_label``: the simulation's truth, or a gold column of the import) — labels the
+    pipeline never saw. Empty where no item has one."""
+    rows = AutoLabel.objects.filter(
+        run__calibration=calibration, decision=AutoLabel.Decision.ACCEPTED, item__gold_label__isnull=False
+    ).values_list("label__name", "label_id", "item__gold_label_id")
+    found = _realised(calibration, rows)
+    return found if any(s.audited for s in found) else []
+
+
+def _realised(calibration: Calibration, rows: Any) -> list[cal.AuditStatus]:
     tally: dict[str, list[int]] = {}
-    for name, label_id, final_id in rows:
+    for name, label_id, truth_id in rows:
         entry = tally.setdefault(name, [0, 0])
-        entry[0] += int(label_id == final_id)
+        entry[0] += int(label_id == truth_id)
         entry[1] += 1
     names = loop_sel.label_names(project=calibration.project)
     return [

@@ -4,6 +4,7 @@ fit, the real hf engine on the tiny llama, inline): thresholds rest on the calib
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,33 @@ def test_thresholds_are_fitted_on_the_calibration_split_only(
         assert sum(r["n_predicted"] for r in rules) == 20
         assert all(r["threshold"] is None and r["delta"] == 0.1 for r in rules)  # 20 items: under 22 for 0.9 at δ 0.1
         assert all(r["needed"] == 25 - r["n_predicted"] for r in rules)  # never under MIN_ITEMS_PER_CLASS
+
+
+@pytest.mark.slow
+def test_realised_precision_against_oracle_labels_raises_the_alarm_on_the_page(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any
+) -> None:
+    """Every item auto-accepted (test state) by the untrained tiny model: measured against the
+    oracle labels, the classes it accepted sit far under 95 % and the page says so, interval and all."""
+    from django.test import Client
+    from django.urls import reverse
+
+    from annotate.services.accounts import user_create
+    from tests.integration.test_autolabel import accept_everything, run
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+    calibration = calibrated(project, cascade="none")
+    accept_everything(calibration)
+    run(project, audit_share=0.0)
+    found = [s for s in auto_sel.oracle_precision(calibration=calibration) if s.audited]
+    assert sum(s.audited for s in found) == 44  # every accepted item has an oracle label here
+    for s in found:
+        assert s.precision is not None and s.ci_low <= s.precision <= s.ci_high and s.target == 0.95
+        assert s.alarm == (s.ci_high < 0.95)
+    assert any(s.alarm for s in found)
+    client = Client()
+    client.force_login(user_create(username="mia", password="pw-12345678", roles=["ml"]))
+    page = client.get(reverse("autolabel_home", args=[project.pk])).content.decode()
+    assert "Realised precision against oracle labels" in page and "ALARM: under target" in page
+    assert page.count('class="realised-row"') == len(found)

@@ -1,8 +1,9 @@
 """manage.py autolabel ACTION PROJECT — label the rest of the pool from the command line.
 
-gold       draw the stratified gold set (--per-class N, default 50)
-calibrate  fit the calibrator and per-class thresholds (--target, --cascade, --second-model)
-launch     label the pool (--audit-share, --in-flight, --chunk); prints the budget estimate first
+gold       top up the gold set by true class (--per-class N, default 50)
+split      draw the calibration split: random pool items people label once (--split N, default 500)
+calibrate  fit the calibrator and per-class thresholds (--target, --delta, --cascade, --second-model)
+launch     label the pool (--audit-share, --in-flight, --per-worker, --chunk); prints the budget first
 status     the latest calibration and run: thresholds, progress with ETA, tier counts, audit
 retry      queue the open dead letters for another try
 export     the final dataset with provenance (--format csv|jsonl|parquet, -o FILE)
@@ -48,16 +49,19 @@ class Command(BaseCommand):
     help = "Gold set, calibration, the bulk auto-labelling job, its dead letters and the final export."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["gold", "calibrate", "launch", "status", "retry", "export"])
+        parser.add_argument("action", choices=["gold", "split", "calibrate", "launch", "status", "retry", "export"])
         parser.add_argument("project", help="project id or name")
         parser.add_argument("--sync", action="store_true", help="run the work in this process (no worker)")
         parser.add_argument("--follow", action="store_true", help="poll the run's progress until it ends")
         parser.add_argument("--per-class", type=int, default=50)
+        parser.add_argument("--split", type=int, default=500, help="calibration-split items to draw")
         parser.add_argument("--target", type=float, default=DEFAULT_TARGET)
+        parser.add_argument("--delta", type=float, default=0.05, help="chance a class's threshold misses the target")
         parser.add_argument("--cascade", choices=auto.CASCADES, default="agreement")
         parser.add_argument("--second-model", default="")
         parser.add_argument("--audit-share", type=float, default=0.02)
         parser.add_argument("--in-flight", type=int, default=4, help="shards queued or running at once")
+        parser.add_argument("--per-worker", type=int, default=2, help="shards one worker holds at once")
         parser.add_argument("--chunk", type=int, default=256, help="items per engine call")
         parser.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="csv")
         parser.add_argument("-o", "--output", default="-")
@@ -81,12 +85,17 @@ class Command(BaseCommand):
         added = auto.gold_draw(project=project, per_class=options["per_class"], seed=project.seed)
         self.stdout.write(f"{added} gold items drawn; each is double-labelled blind in the annotators' queue")
 
+    def _split(self, project: Project, options: dict[str, Any]) -> None:
+        added = auto.calibration_split_draw(project=project, n=options["split"], seed=project.seed)
+        self.stdout.write(f"{added} random pool items in the calibration split; each is labelled once by people")
+
     def _calibrate(self, project: Project, options: dict[str, Any]) -> None:
         row = self._inline(
             options,
             lambda: auto.calibration_request(
                 project=project,
                 target=options["target"],
+                delta=options["delta"],
                 cascade=options["cascade"],
                 second_model_dir=options["second_model"],
             ),
@@ -121,6 +130,7 @@ class Command(BaseCommand):
             project=project,
             audit_share=options["audit_share"],
             max_shards_in_flight=options["in_flight"],
+            max_shards_per_worker=options["per_worker"],
             chunk_size=options["chunk"],
         )
         if options["sync"]:
