@@ -667,6 +667,23 @@ class AutoLabel(models.Model):
         indexes = [models.Index(fields=["run", "decision"]), models.Index(fields=["audit"])]
 
 
+class BatchApiAnswer(models.Model):
+    """An item's label from a managed batch API (scoring/batch_manifest.py), keyed by (item, prompt
+    version): a results file imported twice writes nothing the second time, and an answer to another
+    prompt version is never mixed in."""
+
+    project = models.ForeignKey(Project, related_name="batch_api_answers", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="batch_api_answers", on_delete=models.CASCADE)
+    prompt_version = models.CharField(max_length=32)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "prompt_version"], name="batch_api_answer_unique"),
+        ]
+
+
 class DeadLetter(models.Model):
     """An item a run could not decide: failed repeatedly, over the context, or under the label-mass
     threshold. Leads see the reason and retry; the run goes on without it."""
@@ -697,6 +714,7 @@ __all__ = [
     "AutoLabel",
     "AutolabelRun",
     "AutolabelShard",
+    "BatchApiAnswer",
     "BatchItem",
     "Calibration",
     "DeadLetter",

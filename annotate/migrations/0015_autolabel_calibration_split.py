@@ -1,5 +1,6 @@
-# Issue 31: the calibration split, delta, calibration claims, the per-worker shard cap.
+# Issue 31: the calibration split, delta, calibration claims, the per-worker shard cap, batch-API answers.
 
+import django.db.models.deletion
 from django.db import migrations, models
 
 
@@ -49,5 +50,19 @@ class Migration(migrations.Migration):
             model_name='batchitem',
             name='source',
             field=models.CharField(choices=[('active', 'Active'), ('random', 'Random'), ('cold', 'Cold'), ('cascade', 'Cascade'), ('audit', 'Audit'), ('gold', 'Gold'), ('calib', 'calibration')], max_length=8),
+        ),
+        migrations.CreateModel(
+            name='BatchApiAnswer',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('prompt_version', models.CharField(max_length=32)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='batch_api_answers', to='annotate.item')),
+                ('label', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, to='annotate.label')),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='batch_api_answers', to='annotate.project')),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('item', 'prompt_version'), name='batch_api_answer_unique')],
+            },
         ),
     ]

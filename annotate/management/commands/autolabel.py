@@ -7,6 +7,8 @@ launch     label the pool (--audit-share, --in-flight, --per-worker, --chunk); p
 status     the latest calibration and run: thresholds, progress with ETA, tier counts, audit
 retry      queue the open dead letters for another try
 export     the final dataset with provenance (--format csv|jsonl|parquet, -o FILE)
+batch-manifest  the items still to label as a batch-API request manifest (JSONL, -o FILE, --model NAME)
+batch-results   import a batch API's results file (-i FILE): idempotent, another prompt version refused
 
 --sync runs the queued work in this process (no broker), printing progress with the ETA; without it
 a worker runs it and ``status`` (or ``--follow``) shows where it is.
@@ -24,7 +26,9 @@ from annotate.models import AutolabelRun, Project
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors.projects import project_by_ref
 from annotate.services import autolabel as auto
+from annotate.services import batch_api
 from annotate.services.exports_autolabel import export_dataset, export_dataset_parquet
+from scoring.batch_manifest import ManifestError
 from training.calibrate import DEFAULT_TARGET
 
 
@@ -45,11 +49,14 @@ def progress_line(run: AutolabelRun) -> str:
     )
 
 
+ACTIONS = ["gold", "split", "calibrate", "launch", "status", "retry", "export", "batch-manifest", "batch-results"]
+
+
 class Command(BaseCommand):
     help = "Gold set, calibration, the bulk auto-labelling job, its dead letters and the final export."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["gold", "split", "calibrate", "launch", "status", "retry", "export"])
+        parser.add_argument("action", choices=ACTIONS)
         parser.add_argument("project", help="project id or name")
         parser.add_argument("--sync", action="store_true", help="run the work in this process (no worker)")
         parser.add_argument("--follow", action="store_true", help="poll the run's progress until it ends")
@@ -65,12 +72,14 @@ class Command(BaseCommand):
         parser.add_argument("--chunk", type=int, default=256, help="items per engine call")
         parser.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="csv")
         parser.add_argument("-o", "--output", default="-")
+        parser.add_argument("-i", "--input", default="", help="the batch API's results file")
+        parser.add_argument("--model", default="", help="model name written into the batch manifest")
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = _project(options["project"])
         try:
-            getattr(self, f"_{options['action']}")(project, options)
-        except auto.AutolabelError as exc:
+            getattr(self, f"_{options['action'].replace('-', '_')}")(project, options)
+        except (auto.AutolabelError, ManifestError) as exc:
             raise CommandError(str(exc)) from exc
 
     def _inline(self, options: dict[str, Any], first: Any) -> Any:
@@ -199,3 +208,19 @@ class Command(BaseCommand):
         finally:
             if out is not sys.stdout:
                 out.close()
+
+    def _batch_manifest(self, project: Project, options: dict[str, Any]) -> None:
+        out = sys.stdout if options["output"] == "-" else open(options["output"], "w", encoding="utf-8")  # noqa: SIM115
+        try:
+            n = sum(out.write(line) > 0 for line in batch_api.manifest_export(project=project, model=options["model"]))
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        self.stderr.write(f"{n} requests in the manifest")
+
+    def _batch_results(self, project: Project, options: dict[str, Any]) -> None:
+        if not options["input"]:
+            raise CommandError("give the results file with -i FILE")
+        with open(options["input"], encoding="utf-8") as f:
+            done = batch_api.results_import(project=project, lines=f)
+        self.stdout.write(f"{done.answers} answers for prompt version {done.version}: {done.added} new")
