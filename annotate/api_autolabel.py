@@ -1,8 +1,10 @@
 """REST for auto-labelling, in the style of annotate/api.py (token auth, JSON in and out).
 
-    POST /api/projects/<id>/calibrations/ {"target", "cascade", "second_model_dir"} → 201 {"id", "status", "url"}
+    POST /api/projects/<id>/calibrations/ {"target", "delta", "cascade", "second_model_dir"}
+                                          → 201 {"id", "status", "url"}
     GET  /api/calibrations/<id>/          → 200 status, ECE before/after, thresholds, bias, audit, budget
-    POST /api/projects/<id>/autolabel/    {"audit_share", "max_shards_in_flight", "chunk_size"} → 201
+    POST /api/projects/<id>/autolabel/    {"audit_share", "max_shards_in_flight", "max_shards_per_worker",
+                                           "chunk_size"} → 201
                                           (400 bad options or no calibration, 409 while a run is going)
     GET  /api/autolabel/<id>/             → 200 status, progress, ETA, tiers, dead letters, prefix-cache hit rate
 
@@ -37,8 +39,10 @@ def calibration_json(row: Calibration) -> dict[str, Any]:
         "status": row.status,
         "error": row.error,
         "target": row.target,
+        "delta": row.delta,
         "cascade": row.cascade,
         "n_items": row.n_items,
+        "n_calibration": row.n_calibration,
         "prompt_hash": row.prompt_hash,
         "adapter_set_hash": row.adapter_set_hash,
     }
@@ -111,6 +115,7 @@ def api_calibration_start(request: HttpRequest, project_id: int) -> JsonResponse
             project=project,
             user=user,
             target=_number(options, "target", 0.95),
+            delta=_number(options, "delta", 0.05),
             cascade=str(options.get("cascade") or "agreement"),
             second_model_dir=str(options.get("second_model_dir") or ""),
         )
@@ -134,6 +139,7 @@ def api_autolabel_start(request: HttpRequest, project_id: int) -> JsonResponse:
             user=user,
             audit_share=_number(options, "audit_share", 0.02),
             max_shards_in_flight=_number(options, "max_shards_in_flight", 4, int),
+            max_shards_per_worker=_number(options, "max_shards_per_worker", 2, int),
             chunk_size=_number(options, "chunk_size", 256, int),
         )
 

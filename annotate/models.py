@@ -275,6 +275,7 @@ class BatchItem(models.Model):
         CASCADE = "cascade"  # the autolabel cascade was unsure: people label it
         AUDIT = "audit"  # a random share of auto-accepted items, checked by people
         GOLD = "gold"  # the stratified gold set, double-labelled blind
+        CALIBRATION = "calib", "calibration"  # the calibration split: random pool items auto-accept is fitted on
 
     round = models.ForeignKey(Round, related_name="batch_items", on_delete=models.CASCADE)
     item = models.ForeignKey(Item, related_name="batch_rows", on_delete=models.CASCADE)
@@ -503,12 +504,24 @@ class ApiToken(models.Model):
 
 
 class GoldItem(models.Model):
-    """An item of the project's gold set: drawn stratified by predicted class, double-labelled blind,
-    disagreements adjudicated; never trained on (the loop's labeled set excludes it)."""
+    """A held-out item people label and the loop never trains on (the loop's labeled set, its pool
+    and the auto-label run all exclude it). Two purposes:
+
+    - gold: topped up until each *true* class has a minimum of labelled items (drawn by the latest
+      predictions of the classes still short, counted by their final labels), double-labelled blind,
+      disagreements adjudicated; it measures (per-class accuracy, κ);
+    - calibration: a uniform random sample of the pool, labelled once; auto-accept thresholds are
+      fitted on it and on nothing else, so their bound is a bound on fresh items.
+    """
+
+    class Purpose(models.TextChoices):
+        GOLD = "gold"
+        CALIBRATION = "calibration"
 
     project = models.ForeignKey(Project, related_name="gold_items", on_delete=models.CASCADE)
     item = models.OneToOneField(Item, related_name="gold", on_delete=models.CASCADE)
     stratum = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.SET_NULL)
+    purpose = models.CharField(max_length=12, choices=Purpose.choices, default=Purpose.GOLD)
     created_at = models.DateTimeField(auto_now_add=True)
 
 
@@ -541,12 +554,16 @@ class Calibration(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
     target = models.FloatField(default=0.95)  # precision auto labels must reach, per class
+    delta = models.FloatField(default=0.05)  # chance a class's threshold misses the target (fixed-sequence test)
     cascade = models.CharField(max_length=16, default="agreement")  # none | agreement | permuted | second_model
     second_model_dir = models.CharField(max_length=500, blank=True)
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)
     fingerprint = models.JSONField(default=dict, blank=True)
-    n_items = models.PositiveIntegerField(default=0)
+    n_items = models.PositiveIntegerField(default=0)  # evaluation items (test set + gold): the calibrator
+    n_calibration = models.PositiveIntegerField(default=0)  # calibration-split items: the thresholds
+    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/claims.py)
+    attempts = models.PositiveSmallIntegerField(default=0)
     calibrator = models.JSONField(default=dict, blank=True)  # training.calibrate.Calibrator.to_json()
     before = models.JSONField(default=dict, blank=True)  # ECE, NLL, reliability bins, uncalibrated
     after = models.JSONField(default=dict, blank=True)
@@ -582,6 +599,7 @@ class AutolabelRun(models.Model):
     audit_share = models.FloatField(default=0.02)
     seed = models.PositiveIntegerField(default=0)
     max_shards_in_flight = models.PositiveSmallIntegerField(default=4)  # backpressure on the gpu queue
+    max_shards_per_worker = models.PositiveSmallIntegerField(default=2)  # one worker never holds more at once
     chunk_size = models.PositiveIntegerField(default=256)  # requests in flight per worker (one engine call)
     shard_items = models.PositiveIntegerField(default=2000)  # items per shard (checkpoint granularity)
     n_items = models.PositiveIntegerField(default=0)
@@ -607,6 +625,7 @@ class AutolabelShard(models.Model):
     n_items = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
+    node = models.CharField(max_length=200, blank=True)  # the Celery node holding it: the per-worker cap counts these
     seconds = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
 
@@ -648,6 +667,23 @@ class AutoLabel(models.Model):
         indexes = [models.Index(fields=["run", "decision"]), models.Index(fields=["audit"])]
 
 
+class BatchApiAnswer(models.Model):
+    """An item's label from a managed batch API (scoring/batch_manifest.py), keyed by (item, prompt
+    version): a results file imported twice writes nothing the second time, and an answer to another
+    prompt version is never mixed in."""
+
+    project = models.ForeignKey(Project, related_name="batch_api_answers", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="batch_api_answers", on_delete=models.CASCADE)
+    prompt_version = models.CharField(max_length=32)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "prompt_version"], name="batch_api_answer_unique"),
+        ]
+
+
 class DeadLetter(models.Model):
     """An item a run could not decide: failed repeatedly, over the context, or under the label-mass
     threshold. Leads see the reason and retry; the run goes on without it."""
@@ -678,6 +714,7 @@ __all__ = [
     "AutoLabel",
     "AutolabelRun",
     "AutolabelShard",
+    "BatchApiAnswer",
     "BatchItem",
     "Calibration",
     "DeadLetter",

@@ -56,6 +56,7 @@ urlpatterns = [
     path("p/<int:project_id>/ml/autolabel/", autolabel.autolabel_home, name="autolabel_home"),
     path("p/<int:project_id>/ml/autolabel/status/", autolabel.autolabel_status, name="autolabel_status"),
     path("p/<int:project_id>/ml/autolabel/gold/", autolabel.autolabel_gold, name="autolabel_gold"),
+    path("p/<int:project_id>/ml/autolabel/split/", autolabel.autolabel_split, name="autolabel_split"),
     path("p/<int:project_id>/ml/autolabel/calibrate/", autolabel.autolabel_calibrate, name="autolabel_calibrate"),
     path("p/<int:project_id>/ml/autolabel/launch/", autolabel.autolabel_launch, name="autolabel_launch"),
     path("p/<int:project_id>/ml/autolabel/audit/", autolabel.autolabel_audit_refresh, name="autolabel_audit"),

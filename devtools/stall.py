@@ -9,7 +9,14 @@ its environment names it (``stall_env``):
 
 The first process to reach a listed point with a given key creates ``<dir>/<point>-<key>``
 (atomically: one process wins) and sleeps; the marker stays, so the run that resumes after the kill
-passes the point."""
+passes the point.
+
+Points: ``import`` (an import's insert, after its first chunk, inside the transaction), ``score`` (a
+shard, after its first scored chunk was cached and counted), ``select`` (a batch chosen, not yet
+written), ``evaluate`` (the test set scored, metrics not yet written), ``autolabel`` (a bulk run's
+shard, after a chunk's decisions committed; key: the shard's number), ``calibrate`` (a calibration's
+items scored, nothing written; key: its id), ``train`` (an adapter halfway, its checkpoint written;
+key ``<project name>-<arm>:<k>``)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ resumed step makes the same choices.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -48,10 +49,43 @@ def n_shards_for(n_candidates: int, configured: int) -> int:
 
 def shard_of(item_ids: np.ndarray | Sequence[int], n_shards: int) -> np.ndarray:
     """Shard of each item: sha1 of its id modulo n_shards (stable across processes and Python runs)."""
-    return np.array(
-        [int.from_bytes(hashlib.sha1(str(int(i)).encode()).digest()[:8], "big") % n_shards for i in item_ids],
+    ids = np.asarray(item_ids, dtype=np.int64).tolist()  # Python ints: no numpy scalar per id
+    sha1 = hashlib.sha1
+    return np.fromiter(
+        (int.from_bytes(sha1(str(i).encode()).digest()[:8], "big") % n_shards for i in ids),
         dtype=np.int64,
+        count=len(ids),
     )
+
+
+def shard_index(item_ids: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every shard's items at once: ``by_shard`` (the ids grouped by shard, in id order within one) and
+    ``offsets`` [n_shards + 1], shard s being by_shard[offsets[s]:offsets[s + 1]]. One hash per item
+    for the whole run, where filtering the run's list per shard hashes it n_shards times."""
+    ids = np.asarray(item_ids, dtype=np.int64)
+    shards = shard_of(ids, n_shards) if n_shards else np.zeros(0, np.int64)
+    order = np.lexsort((ids, shards))
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(shards, minlength=n_shards))]).astype(np.int64)
+    return ids[order], offsets
+
+
+def write_shard_index(directory: Path, item_ids: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """``shard_index`` saved as by_shard.npy + offsets.npy in ``directory`` (each written to a temporary
+    name and renamed, so a reader sees a whole file or none; offsets last, so it marks completion)."""
+    by_shard, offsets = shard_index(item_ids, n_shards)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, array in (("by_shard", by_shard), ("offsets", offsets)):
+        tmp = directory / f".{name}.{os.getpid()}.tmp.npy"
+        np.save(tmp, array)
+        os.replace(tmp, directory / f"{name}.npy")
+    return by_shard, offsets
+
+
+def read_shard(directory: Path, shard: int) -> np.ndarray:
+    """One shard's ids from the saved index: two small reads, whatever the run's size."""
+    offsets = np.load(directory / "offsets.npy")
+    by_shard = np.load(directory / "by_shard.npy", mmap_mode="r")
+    return np.array(by_shard[offsets[shard] : offsets[shard + 1]], dtype=np.int64)
 
 
 def step_rng(seed: int, step: str) -> np.random.Generator:

@@ -1,10 +1,11 @@
 """Calibration and auto-accept decisions over arrays (no Django): temperature / vector scaling,
-reliability and ECE, per-class thresholds with a confidence bound, cascade tiers, the audit's
+reliability and ECE, cascade tiers, the audit's
 measured precision, the label-order bias check, budget and ETA.
 
 Conventions: ``p`` is a distribution over C labels ([N, C], rows sum to 1), ``y`` gold class indices
 [N]. A *confidence* is the calibrated probability of the predicted class. The threshold rule is the
-one auto-accept is allowed to use (see ``fit_thresholds``): a bound, never a point estimate.
+one auto-accept is allowed to use (``training.thresholds``, re-exported here): a bound from
+fixed-sequence testing, never a point estimate.
 """
 
 from __future__ import annotations
@@ -18,16 +19,40 @@ from typing import Any, Literal
 import numpy as np
 
 from training.evaluate import expected_calibration_error, reliability_bins
+from training.thresholds import (  # the auto-accept rule lives there; re-exported for the callers here
+    DEFAULT_DELTA,
+    DEFAULT_TARGET,
+    MIN_ITEMS_PER_CLASS,
+    ClassThreshold,
+    accept,
+    beta_cdf,
+    class_threshold,
+    clopper_pearson_interval,
+    clopper_pearson_upper,
+    fit_thresholds,
+    realised_precision,
+)
 
 EPS = 1e-12
 VECTOR_SCALING_MIN_ITEMS = 1000  # per-class scaling has 2C parameters: below this it overfits the eval set
-MIN_ITEMS_PER_CLASS = 25  # fewer eval items above a class's threshold: that class is never auto-accepted
-DEFAULT_TARGET = 0.95
-DEFAULT_ALPHA = 0.05  # one-sided: the true error is under the bound with 95 % confidence
-MAX_THRESHOLD_CANDIDATES = 2000  # distinct confidences tried per class; quantiles beyond that
+DEFAULT_ALPHA = DEFAULT_DELTA  # one-sided: the true error is under the bound with 95 % confidence
 FLIP_WARN = 0.1  # label-order flip rate at or above this: the model reads the codes, not the labels
 
 TierKind = Literal["model", "agreement", "permuted", "second_model"]
+
+
+__all__ = [  # the threshold names callers reach through this module
+    "DEFAULT_TARGET",
+    "MIN_ITEMS_PER_CLASS",
+    "ClassThreshold",
+    "accept",
+    "beta_cdf",
+    "class_threshold",
+    "clopper_pearson_interval",
+    "clopper_pearson_upper",
+    "fit_thresholds",
+    "realised_precision",
+]
 
 
 class CalibrationInputError(ValueError):
@@ -174,63 +199,6 @@ def reliability(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 # -- bounds -----------------------------------------------------------------------------------------
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta (Numerical Recipes, modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-12:
-            break
-    return h
-
-
-def beta_cdf(x: float, a: float, b: float) -> float:
-    """Regularized incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def clopper_pearson_upper(errors: int, n: int, alpha: float = DEFAULT_ALPHA) -> float:
-    """One-sided (1 − alpha) Clopper–Pearson upper bound on a binomial rate with ``errors`` of ``n``:
-    the p with P(X ≤ errors | n, p) = alpha, i.e. the (1 − alpha) quantile of Beta(errors + 1, n − errors)."""
-    if n <= 0:
-        return 1.0
-    if errors < 0 or errors > n:
-        raise CalibrationInputError(f"errors must be in 0..{n}, got {errors}")
-    if errors >= n:
-        return 1.0
-    a, b = errors + 1.0, float(n - errors)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):  # bisection: 2^-60 is far below any rate we report
-        mid = (lo + hi) / 2
-        if beta_cdf(mid, a, b) < 1.0 - alpha:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Two-sided Wilson score interval of a proportion (95 % by default); (0, 1) for n = 0."""
     if n <= 0:
@@ -243,92 +211,6 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
 
 
 # -- thresholds -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClassThreshold:
-    """One class's auto-accept rule. ``threshold`` None: never auto-accepted (``reason`` says why)."""
-
-    label: str
-    threshold: float | None
-    n_predicted: int  # eval items predicted this class
-    n_above: int  # ... of them with confidence >= threshold
-    errors_above: int
-    error_bound: float  # the Clopper-Pearson upper bound at the threshold (1.0 when none)
-    coverage: float  # n_above / n_predicted
-    expected_precision: float  # 1 - errors_above / n_above (point estimate, shown next to the bound)
-    reason: str = ""
-
-
-def _candidates(conf: np.ndarray) -> np.ndarray:
-    values = np.unique(conf)
-    if len(values) > MAX_THRESHOLD_CANDIDATES:
-        values = np.unique(np.quantile(conf, np.linspace(0, 1, MAX_THRESHOLD_CANDIDATES)))
-    return np.asarray(values)
-
-
-def class_threshold(
-    conf: np.ndarray,
-    correct: np.ndarray,
-    *,
-    label: str,
-    target: float,
-    min_items: int = MIN_ITEMS_PER_CLASS,
-    alpha: float = DEFAULT_ALPHA,
-) -> ClassThreshold:
-    """The lowest t such that, among the items predicted this class with confidence >= t, the
-    Clopper-Pearson upper bound of the error rate is <= 1 - target and there are >= min_items of them."""
-    conf, correct = np.asarray(conf, np.float64), np.asarray(correct, bool)
-    n = len(conf)
-    if n < min_items:
-        return ClassThreshold(label, None, n, 0, 0, 1.0, 0.0, 0.0, f"{n} eval items predicted it (need {min_items})")
-    order = np.argsort(-conf, kind="stable")
-    sorted_conf, wrong_cum = conf[order], np.cumsum(~correct[order])
-    candidates = _candidates(conf)  # ascending: the first that passes is the lowest
-    n_above = np.searchsorted(-sorted_conf, -candidates, side="right")
-    errors = np.where(n_above > 0, wrong_cum[np.maximum(n_above - 1, 0)], 0)
-    # The bound is never under the point estimate: only candidates whose observed error rate is
-    # already within 1 - target (and that keep min_items) can pass, so only they are bounded.
-    hopeful = (n_above >= min_items) & (errors <= (1.0 - target) * n_above)
-    for i in np.flatnonzero(hopeful):
-        bound = clopper_pearson_upper(int(errors[i]), int(n_above[i]), alpha)
-        if bound <= 1.0 - target:
-            k, e = int(n_above[i]), int(errors[i])
-            return ClassThreshold(label, float(candidates[i]), n, k, e, bound, k / n, 1 - e / k)
-    return ClassThreshold(
-        label, None, n, 0, 0, 1.0, 0.0, 0.0, f"no threshold keeps the error bound under {1 - target:.0%}"
-    )
-
-
-def fit_thresholds(
-    pred: np.ndarray,
-    conf: np.ndarray,
-    y: np.ndarray,
-    *,
-    label_names: Sequence[str],
-    target: float = DEFAULT_TARGET,
-    min_items: int = MIN_ITEMS_PER_CLASS,
-    alpha: float = DEFAULT_ALPHA,
-) -> list[ClassThreshold]:
-    """Per-class thresholds (``class_threshold``) from eval predictions, confidences and gold labels."""
-    if not 0.0 < target < 1.0:
-        raise CalibrationInputError(f"target precision must be in (0, 1), got {target}")
-    pred, conf, y = np.asarray(pred, np.int64), np.asarray(conf, np.float64), np.asarray(y, np.int64)
-    if not (pred.shape == conf.shape == y.shape) or pred.ndim != 1:
-        raise CalibrationInputError(f"pred, conf and y must be 1-D of one length: {pred.shape} {conf.shape} {y.shape}")
-    return [
-        class_threshold(
-            conf[pred == c], (y == c)[pred == c], label=name, target=target, min_items=min_items, alpha=alpha
-        )
-        for c, name in enumerate(label_names)
-    ]
-
-
-def accept(pred: np.ndarray, conf: np.ndarray, thresholds: Sequence[float | None]) -> np.ndarray:
-    """bool[N]: the item's class has a threshold and its confidence reaches it."""
-    limits = np.array([np.inf if t is None else t for t in thresholds], dtype=np.float64)
-    pred = np.asarray(pred, np.int64)
-    return np.asarray(np.asarray(conf, np.float64) >= limits[pred])
 
 
 # -- cascade tiers ----------------------------------------------------------------------------------
@@ -433,14 +315,15 @@ class AuditStatus:
     ci_low: float
     ci_high: float
     alarm: bool
+    target: float = DEFAULT_TARGET
 
 
 def audit_status(label: str, correct: int, audited: int, *, target: float) -> AuditStatus:
-    """Measured precision of a class's auto labels with its 95 % Wilson interval. Alarm when the whole
+    """Realised precision of a class's auto labels on the random audit, with its two-sided 95 %
+    Clopper–Pearson interval (exact, like the bound the threshold was chosen by). Alarm when the whole
     interval lies under the target: the audit shows, beyond its noise, that the class misses it."""
-    low, high = wilson_interval(correct, audited)
-    precision = correct / audited if audited else None
-    return AuditStatus(label, audited, correct, precision, low, high, audited > 0 and high < target)
+    found = realised_precision(label, correct, audited, target=target)
+    return AuditStatus(label, audited, correct, found.precision, found.ci_low, found.ci_high, found.alarm, target)
 
 
 # -- budget and progress ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Value
 from django.utils import timezone
 
 from annotate.models import AutoLabel, AutolabelRun, Calibration, DeadLetter, GoldItem, Item, Project
@@ -26,22 +26,41 @@ class EvalItems:
 
 
 def eval_items(*, project: Project) -> EvalItems:
-    """Human-labelled evaluation items: the test set and the gold set, with their final labels."""
-    index = loop_sel.label_index(project=project)
-    gold = GoldItem.objects.filter(item=OuterRef("pk"))
-    rows = list(
+    """Human-labelled evaluation items the calibrator is fitted on and reported against: the test set
+    and the gold set (not the calibration split), with their final labels."""
+    gold = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.GOLD)
+    calibration = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.CALIBRATION)
+    rows = (
         Item.objects.filter(project=project, final_label__isnull=False)
         .filter(Q(is_test=True) | Q(Exists(gold)))
-        .annotate(in_gold=Exists(gold))
-        .order_by("id")
-        .values_list("id", "text", "text_hash", "final_label_id", "in_gold")
+        .exclude(Exists(calibration))
     )
+    return _labelled(project, rows.annotate(in_gold=Exists(gold)))
+
+
+def calibration_inputs(*, project: Project) -> EvalItems:
+    """The labelled items of the calibration split: the only items auto-accept thresholds are fitted
+    on (drawn at random from the pool, disjoint from the test set, the gold set and training)."""
+    calibration = GoldItem.objects.filter(item=OuterRef("pk"), purpose=GoldItem.Purpose.CALIBRATION)
+    rows = Item.objects.filter(project=project, final_label__isnull=False, is_test=False).filter(Exists(calibration))
+    return _labelled(project, rows.annotate(in_gold=Value(False)))
+
+
+def calibration_split_counts(*, project: Project) -> dict[str, int]:
+    split = GoldItem.objects.filter(project=project, purpose=GoldItem.Purpose.CALIBRATION)
+    return {"drawn": split.count(), "labelled": split.filter(item__final_label__isnull=False).count()}
+
+
+def _labelled(project: Project, rows: QuerySet[Item]) -> EvalItems:
+    index = loop_sel.label_index(project=project)
+    fields = ("id", "text", "text_hash", "final_label_id", "in_gold")  # in_gold: annotated by the caller
+    rows_list = list(rows.order_by("id").values_list(*fields))
     return EvalItems(
-        item_ids=[r[0] for r in rows],
-        texts=[r[1] for r in rows],
-        hashes=[r[2] for r in rows],
-        y=[index[r[3]] for r in rows],
-        is_gold=[bool(r[4]) for r in rows],
+        item_ids=[r[0] for r in rows_list],
+        texts=[r[1] for r in rows_list],
+        hashes=[r[2] for r in rows_list],
+        y=[index[r[3]] for r in rows_list],
+        is_gold=[bool(r[4]) for r in rows_list],
     )
 
 
@@ -118,16 +137,32 @@ def run_progress(*, run: AutolabelRun) -> RunProgress:
 
 def audit_statuses(*, calibration: Calibration) -> list[cal.AuditStatus]:
     """Per class, live: audited auto labels (of every run on this calibration) whose item now has a
-    human final label, right or wrong, with the Wilson interval and the alarm flag."""
+    human final label, right or wrong: realised precision with its Clopper–Pearson interval and the
+    alarm flag."""
     rows = (
         AutoLabel.objects.filter(run__calibration=calibration, audit__in=["pending", "passed", "failed"])
         .filter(item__final_label__isnull=False)
         .values_list("label__name", "label_id", "item__final_label_id")
     )
+    return _realised(calibration, rows)
+
+
+def oracle_precision(*, calibration: Calibration) -> list[cal.AuditStatus]:
+    """Per class: every auto-accepted item of this calibration's runs checked against its oracle
+    label (``Item.gold_label``: the simulation's truth, or a gold column of the import) — labels the
+    pipeline never saw. Empty where no item has one."""
+    rows = AutoLabel.objects.filter(
+        run__calibration=calibration, decision=AutoLabel.Decision.ACCEPTED, item__gold_label__isnull=False
+    ).values_list("label__name", "label_id", "item__gold_label_id")
+    found = _realised(calibration, rows)
+    return found if any(s.audited for s in found) else []
+
+
+def _realised(calibration: Calibration, rows: Any) -> list[cal.AuditStatus]:
     tally: dict[str, list[int]] = {}
-    for name, label_id, final_id in rows:
+    for name, label_id, truth_id in rows:
         entry = tally.setdefault(name, [0, 0])
-        entry[0] += int(label_id == final_id)
+        entry[0] += int(label_id == truth_id)
         entry[1] += 1
     names = loop_sel.label_names(project=calibration.project)
     return [

@@ -2,14 +2,17 @@
 the random audit, dead letters.
 
 The bulk job is durable in the same way as round scoring: one AutolabelShard row per slice of the
-run's items (``sha1(item id) % n_shards``), claimed with a conditional UPDATE by one live worker, a
-killed worker's shard reclaimed (the worker start re-enqueues what a running run still needs), a
-finished shard never redone. Results are AutoLabel rows keyed by (item, prompt hash, adapter set),
-written chunk by chunk with an upsert: a shard that is redelivered or resumed skips the items it
-already decided, and a re-run with the same prompt and adapters finds nothing left to do.
+run's items (``sha1(item id) % n_shards``, computed once at plan time into by_shard.npy + offsets.npy
+in the run directory, so a shard reads its items instead of re-hashing the run), claimed with a
+conditional UPDATE by one live worker, a killed worker's shard reclaimed (the worker start
+re-enqueues what a running run still needs), a finished shard never redone. Results are AutoLabel
+rows keyed by (item, prompt hash, adapter set), written chunk by chunk with an upsert: a shard that
+is redelivered or resumed skips the items it already decided, and a re-run with the same prompt and
+adapters finds nothing left to do. The calibration is claimed the same way, so a killed one resumes.
 
-Backpressure: at most ``max_shards_in_flight`` shards are queued or running per run (each finished
-shard enqueues the next), and each engine call gets ``chunk_size`` items.
+Backpressure: at most ``max_shards_in_flight`` shards are queued or running per run and at most
+``max_shards_per_worker`` held by one worker (each finished shard enqueues the next), and each engine
+call gets ``chunk_size`` items.
 
 Decisions use the calibration's thresholds only if the run's rendered prompt has the hash the
 calibration was fitted on (template drift refuses the run and names what changed).
@@ -29,7 +32,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from annotate import steppoints
@@ -54,6 +57,7 @@ from scoring import pipeline
 from scoring.prompts import LabelSpec, PromptSpec
 from training import calibrate as cal
 from training import ensemble
+from training.thresholds import DEFAULT_DELTA
 
 RunStatus = AutolabelRun.Status
 ShardStatus = AutolabelShard.Status
@@ -91,12 +95,12 @@ def _task(task_name: str) -> Any:
     return registered(TASK_NAMES[task_name])
 
 
-def _dispatch(task_name: str, *args: Any) -> None:
+def _dispatch(task_name: str, *args: Any, countdown: float | None = None) -> None:
     task = _task(task_name)
     if _SYNC_RUNNER is not None:
         _SYNC_RUNNER.append((task_name, args))
         return
-    transaction.on_commit(lambda: task.delay(*args))
+    transaction.on_commit(lambda: task.apply_async(args, countdown=countdown))
 
 
 _SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
@@ -238,38 +242,107 @@ def _device() -> str:
 
 
 def gold_draw(*, project: Project, per_class: int = 50, seed: int = 0) -> int:
-    """Draw the gold set: per predicted class (latest predictions) up to ``per_class`` eligible pool
-    items (all of them where fewer); without predictions, ``per_class`` × C at random. Each is
-    double-labelled blind (required_labels 2, served in the annotators' queue as source "gold"),
-    disagreements go to the leads, and the loop never trains on it. Returns items added."""
+    """Top up the gold set so each *true* class can reach ``per_class`` labelled items (all there are
+    where fewer). A class's shortfall is ``per_class`` less its labelled gold items (by final label)
+    and its gold items still waiting for people (by the class they were drawn for); it is drawn from
+    the eligible items the latest predictions give that class (a uniform draw without predictions).
+    Call it again as labels come in: a class whose true count stays short gets more draws until no
+    item is predicted it. Each item is double-labelled blind (required_labels 2, served in the
+    annotators' queue as source "gold"), disagreements go to the leads, the loop never trains on it.
+    Returns items added."""
     if per_class < 1:
         raise AutolabelError("the gold set needs at least one item per class")
-    rng = np.random.default_rng([seed, project.pk])
-    eligible = np.array(sorted(loop_sel.eligible_ids(project=project)), dtype=np.int64)
+    rng = np.random.default_rng([seed, project.pk, GoldItem.objects.filter(project=project).count()])
+    labels = list(Label.objects.filter(project=project).order_by("order", "id"))
+    shortfall = _gold_shortfall(project, labels, per_class)
     taken = set(GoldItem.objects.filter(project=project).values_list("item_id", flat=True))
-    eligible = np.array([i for i in eligible if int(i) not in taken], dtype=np.int64)
-    latest = dict(
-        Prediction.objects.filter(item__project=project, item_id__in=eligible.tolist())
+    eligible = np.array([i for i in loop_sel.eligible_ids(project=project) if int(i) not in taken], dtype=np.int64)
+    latest = {
+        item_id: (label_id, probs)
+        for item_id, label_id, probs in Prediction.objects.filter(item__project=project, item_id__in=eligible.tolist())
         .order_by("item_id", "created_at")
-        .values_list("item_id", "label_id")
-    )
+        .values_list("item_id", "label_id", "probs")
+    }
     picks: list[tuple[int, int | None]] = []
     if latest:
-        for label in Label.objects.filter(project=project).order_by("order", "id"):
-            members = np.array([i for i in eligible if latest.get(int(i)) == label.pk], dtype=np.int64)
-            chosen = rng.permutation(members)[:per_class]
-            picks += [(int(i), label.pk) for i in chosen]
+        chosen: set[int] = set()
+        for c, label in enumerate(labels):
+            ranked = _gold_candidates(eligible, latest, label.pk, c, rng)
+            mine = [i for i in ranked if i not in chosen][: shortfall[label.pk]]
+            chosen.update(mine)
+            picks += [(i, label.pk) for i in mine]
     else:
-        n = per_class * Label.objects.filter(project=project).count()
-        picks = [(int(i), None) for i in rng.permutation(eligible)[:n]]
+        short = sum(n for pk, n in shortfall.items() if pk is not None) - shortfall[None]
+        picks = [(int(i), None) for i in rng.permutation(eligible)[: max(0, short)]]
+    _add_held_out(project, picks, purpose=GoldItem.Purpose.GOLD, required_labels=2, source=BatchItem.Source.GOLD)
+    return len(picks)
+
+
+def _gold_candidates(
+    eligible: np.ndarray, latest: dict[int, tuple[int, Any]], label_id: int, index: int, rng: np.random.Generator
+) -> list[int]:
+    """Items for a class's gold draw: those predicted it, in random order, then the rest by their
+    predicted probability of it (a true class the model rarely predicts is still reached)."""
+    predicted = [int(i) for i in rng.permutation(eligible) if latest.get(int(i), (None, None))[0] == label_id]
+
+    def prob(item_id: int) -> float:
+        probs = latest.get(item_id, (None, None))[1]
+        return float(probs[index]) if isinstance(probs, list) and len(probs) > index else 0.0
+
+    taken = set(predicted)
+    rest = sorted((int(i) for i in eligible if int(i) not in taken), key=lambda i: (-prob(i), i))
+    return predicted + rest
+
+
+def _gold_shortfall(project: Project, labels: list[Label], per_class: int) -> dict[int | None, int]:
+    """{label id: labelled gold items it still lacks less those drawn for it and still waiting};
+    under None, the items drawn without predictions and still waiting (their class is unknown)."""
+    gold = GoldItem.objects.filter(project=project, purpose=GoldItem.Purpose.GOLD)
+    labelled = dict(
+        gold.filter(item__final_label__isnull=False)
+        .values("item__final_label_id")
+        .annotate(n=Count("id"))
+        .values_list("item__final_label_id", "n")
+    )
+    waiting_rows = gold.filter(item__final_label__isnull=True)
+    waiting: dict[int | None, int] = dict(
+        waiting_rows.values("stratum_id").annotate(n=Count("id")).values_list("stratum_id", "n")
+    )
+    out: dict[int | None, int] = {
+        label.pk: max(0, per_class - labelled.get(label.pk, 0) - waiting.get(label.pk, 0)) for label in labels
+    }
+    out[None] = waiting.get(None, 0)
+    return out
+
+
+def calibration_split_draw(*, project: Project, n: int = 500, seed: int = 0) -> int:
+    """Draw ``n`` items uniformly at random from the eligible pool into the calibration split (labelled
+    once by people, source "calib"). Auto-accept thresholds are fitted on its labelled items only:
+    never trained on, disjoint from the test and gold sets, so the fixed-sequence bound holds on the
+    items a run decides. Returns items added."""
+    if n < 1:
+        raise AutolabelError("the calibration split needs at least one item")
+    rng = np.random.default_rng([seed, project.pk, GoldItem.objects.filter(project=project).count(), 1])
+    taken = set(GoldItem.objects.filter(project=project).values_list("item_id", flat=True))
+    eligible = np.array([i for i in loop_sel.eligible_ids(project=project) if int(i) not in taken], dtype=np.int64)
+    picks: list[tuple[int, int | None]] = [(int(i), None) for i in rng.permutation(eligible)[:n]]
+    _add_held_out(
+        project, picks, purpose=GoldItem.Purpose.CALIBRATION, required_labels=1, source=BatchItem.Source.CALIBRATION
+    )
+    return len(picks)
+
+
+def _add_held_out(
+    project: Project, picks: list[tuple[int, int | None]], *, purpose: str, required_labels: int, source: str
+) -> None:
     with transaction.atomic():
         GoldItem.objects.bulk_create(
-            [GoldItem(project=project, item_id=i, stratum_id=s) for i, s in picks], ignore_conflicts=True
+            [GoldItem(project=project, item_id=i, stratum_id=s, purpose=purpose) for i, s in picks],
+            ignore_conflicts=True,
         )
         ids = [i for i, _ in picks]
-        Item.objects.filter(id__in=ids, required_labels__lt=2).update(required_labels=2)
-        queue_for_people(project=project, item_ids=ids, source=BatchItem.Source.GOLD)
-    return len(picks)
+        Item.objects.filter(id__in=ids, required_labels__lt=required_labels).update(required_labels=required_labels)
+        queue_for_people(project=project, item_ids=ids, source=source)
 
 
 def people_round(project: Project) -> Round:
@@ -307,11 +380,14 @@ def calibration_request(
     project: Project,
     user: Any = None,
     target: float = cal.DEFAULT_TARGET,
+    delta: float = DEFAULT_DELTA,
     cascade: str = "agreement",
     second_model_dir: str = "",
 ) -> Calibration:
     if not 0.5 <= target < 1.0:
         raise AutolabelError(f"target precision must be in [0.5, 1), got {target}")
+    if not 0.0 < delta <= 0.5:
+        raise AutolabelError(f"δ (the chance a class misses its target) must be in (0, 0.5], got {delta}")
     if cascade not in CASCADES:
         raise AutolabelError(f"unknown cascade {cascade!r} (one of {', '.join(CASCADES)})")
     if cascade == "second_model" and not Path(second_model_dir).is_dir():
@@ -320,26 +396,42 @@ def calibration_request(
         raise AutolabelError("no human-labelled evaluation items: label the test set or the gold set first")
     with transaction.atomic():
         row = Calibration.objects.create(
-            project=project, created_by=user, target=target, cascade=cascade, second_model_dir=second_model_dir
+            project=project,
+            created_by=user,
+            target=target,
+            delta=delta,
+            cascade=cascade,
+            second_model_dir=second_model_dir,
         )
         _dispatch("calibrate", row.id)
     return row
 
 
 def calibration_run(*, calibration_id: int) -> Calibration:
-    """Score the evaluation items, fit the calibrator and every tier's thresholds (task body)."""
-    if not Calibration.objects.filter(id=calibration_id, status=Calibration.Status.PENDING).update(
-        status=Calibration.Status.RUNNING
-    ):
+    """Score the evaluation items and the calibration split, fit the calibrator and every tier's
+    thresholds (task body). Claimed like a shard: one live worker fits it, and a worker that finds
+    it running on a dead one (killed mid-fit) takes it over and fits it again from the start."""
+    from annotate.services import claims
+    from annotate.services.scoring import worker_id
+
+    me = worker_id()
+    rows = Calibration.objects.filter(
+        id=calibration_id, status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
+    )
+    if not claims.claim(rows, me=me):
         return Calibration.objects.get(id=calibration_id)
     row = Calibration.objects.select_related("project").get(id=calibration_id)
+    if row.attempts > MAX_SHARD_ATTEMPTS:  # it keeps killing its workers: stop, say so
+        calibration_fail(calibration_id=row.id, reason=f"{row.attempts - 1} workers died fitting it")
+        return Calibration.objects.get(id=row.id)
     try:
-        Calibration.objects.filter(id=row.id).update(**_fit(row), status=Calibration.Status.DONE)
+        fitted = _fit(row)
+        Calibration.objects.filter(id=row.id, worker=me, status=Calibration.Status.RUNNING).update(
+            **fitted, status=Calibration.Status.DONE, finished_at=timezone.now()
+        )
     except Exception as exc:
         calibration_fail(calibration_id=row.id, reason=f"{type(exc).__name__}: {exc}")
         raise
-    finally:
-        Calibration.objects.filter(id=row.id).update(finished_at=timezone.now())
     return Calibration.objects.get(id=row.id)
 
 
@@ -350,56 +442,58 @@ def calibration_fail(*, calibration_id: int, reason: str) -> None:
 
 
 def _fit(row: Calibration) -> dict[str, Any]:
+    """The calibrator on the evaluation items (test set + gold), every tier's thresholds on the
+    calibration split only (fixed-sequence testing at the row's target and δ)."""
     ctx = _context(row.project)
     ev = auto_sel.eval_items(project=row.project)
+    split = auto_sel.calibration_inputs(project=row.project)
     names = [label.name for label in ctx.spec.labels]
-    y = np.array(ev.y, dtype=np.int64)
-    scores = _score(ctx.engine, ctx.renderer, ev.texts, ctx.refs, 256)
-    p_mean = scores.p.mean(axis=0)
+    y, y_split, n_ev = np.array(ev.y, dtype=np.int64), np.array(split.y, dtype=np.int64), len(ev.y)
+    scores = _score(ctx.engine, ctx.renderer, ev.texts + split.texts, ctx.refs, 256)
+    steppoints.reached("calibrate", row.id)  # scored, nothing written: a kill here must resume
+    members_split = scores.p[:, n_ev:]
+    p_mean, p_split = scores.p[:, :n_ev].mean(axis=0), members_split.mean(axis=0)
     calibrator = cal.fit_calibrator(p_mean, y)
-    pred, conf = cal.model_tier(p_mean, calibrator)
-    thresholds = {"model": _rules(pred, conf, y, names, row.target)}
+
+    def rules(pred: np.ndarray, conf: np.ndarray) -> list[dict]:
+        found = cal.fit_thresholds(pred, conf, y_split, label_names=names, target=row.target, delta=row.delta)
+        return [asdict(r) for r in found]
+
+    thresholds = {"model": rules(*cal.model_tier(p_split, calibrator))}
     tier_calibrators: dict[str, Any] = {}
-    variants: np.ndarray | None = None
     perms = cal.code_permutations(len(names))
     if row.cascade == "agreement":
-        pred2, conf2 = cal.agreement_tier(scores.p, calibrator)
-        thresholds["agreement"] = _rules(pred2, conf2, y, names, row.target)
+        thresholds["agreement"] = rules(*cal.agreement_tier(members_split, calibrator))
     elif row.cascade == "permuted":
-        variants = _variant_scores(ctx, ev.texts, perms)
-        pred2, conf2 = cal.permuted_tier(np.concatenate([p_mean[None], variants]), calibrator)
-        thresholds["permuted"] = _rules(pred2, conf2, y, names, row.target)
+        variants = _variant_scores(ctx, split.texts, perms)
+        thresholds["permuted"] = rules(*cal.permuted_tier(np.concatenate([p_split[None], variants]), calibrator))
     elif row.cascade == "second_model":
-        second = _second_model_scores(ctx, row.second_model_dir, ev.texts)
-        second_cal = cal.fit_calibrator(second, y)
+        second = _second_model_scores(ctx, row.second_model_dir, ev.texts + split.texts)
+        second_cal = cal.fit_calibrator(second[:n_ev], y)
         tier_calibrators["second_model"] = second_cal.to_json()
-        pred2, conf2 = cal.model_tier(second, second_cal)
-        thresholds["second_model"] = _rules(pred2, conf2, y, names, row.target)
+        thresholds["second_model"] = rules(*cal.model_tier(second[n_ev:], second_cal))
     gold = np.array(ev.is_gold, dtype=bool)
-    bias_rows = np.flatnonzero(gold) if gold.any() else np.arange(len(y))
-    bias_rows = bias_rows[:BIAS_SLICE]
-    if variants is None:
-        variants = _variant_scores(ctx, [ev.texts[i] for i in bias_rows], perms)
-    else:
-        variants = variants[:, bias_rows]
+    bias_rows = (np.flatnonzero(gold) if gold.any() else np.arange(len(y)))[:BIAS_SLICE]
+    bias_variants = _variant_scores(ctx, [ev.texts[i] for i in bias_rows], perms)
     return {
         "prompt_hash": ctx.renderer.prompt_hash,
         "adapter_set_hash": ctx.adapter_set,
         "fingerprint": fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
         "n_items": len(y),
+        "n_calibration": len(y_split),
         "calibrator": calibrator.to_json(),
         "before": cal.reliability(p_mean, y),
         "after": cal.reliability(calibrator.apply(p_mean), y),
         "thresholds": thresholds,
         "tier_calibrators": tier_calibrators,
-        "bias": cal.label_order_bias(p_mean[bias_rows], variants, perms),
+        "bias": cal.label_order_bias(p_mean[bias_rows], bias_variants, perms),
         "gold_report": _gold_report(row.project, ev, calibrator.apply(p_mean), names),
         "rate": {
             "engine": ctx.config.engine,
             "device": _device(),
             "tokens_per_second": scores.tokens / scores.seconds if scores.seconds else 0.0,
-            "tokens_per_item": scores.tokens / max(1, len(y)),
-            "items_per_second": len(y) / scores.seconds if scores.seconds else 0.0,
+            "tokens_per_item": scores.tokens / max(1, n_ev + len(y_split)),
+            "items_per_second": (n_ev + len(y_split)) / scores.seconds if scores.seconds else 0.0,
         },
         "blocked": {},
         "error": "",
@@ -407,10 +501,6 @@ def _fit(row: Calibration) -> dict[str, Any]:
 
 
 BIAS_SLICE = 200  # gold items re-scored per code permutation for the label-order check
-
-
-def _rules(pred: np.ndarray, conf: np.ndarray, y: np.ndarray, names: list[str], target: float) -> list[dict]:
-    return [asdict(r) for r in cal.fit_thresholds(pred, conf, y, label_names=names, target=target)]
 
 
 def _variant_scores(ctx: Context, texts: Sequence[str], perms: Sequence[Sequence[int]]) -> np.ndarray:
@@ -474,6 +564,7 @@ def run_request(
     user: Any = None,
     audit_share: float = 0.02,
     max_shards_in_flight: int = 4,
+    max_shards_per_worker: int = 2,
     chunk_size: int = 256,
     shard_items: int = SHARD_ITEMS,
 ) -> AutolabelRun:
@@ -483,8 +574,8 @@ def run_request(
         raise AutolabelError("calibrate first: auto-accept needs thresholds fitted on human labels")
     if not 0.0 <= audit_share <= 0.5:
         raise AutolabelError(f"audit share must be in [0, 0.5], got {audit_share}")
-    if min(max_shards_in_flight, chunk_size, shard_items) < 1:
-        raise AutolabelError("shards in flight, chunk size and shard size must be at least 1")
+    if min(max_shards_in_flight, max_shards_per_worker, chunk_size, shard_items) < 1:
+        raise AutolabelError("shards in flight (per run and per worker), chunk size and shard size must be at least 1")
     active = AutolabelRun.objects.filter(project=project, status__in=[RunStatus.PENDING, RunStatus.RUNNING])
     with transaction.atomic():
         if active.exists():
@@ -495,6 +586,7 @@ def run_request(
             created_by=user,
             audit_share=audit_share,
             max_shards_in_flight=max_shards_in_flight,
+            max_shards_per_worker=max_shards_per_worker,
             chunk_size=chunk_size,
             shard_items=shard_items,
             seed=project.seed,
@@ -521,7 +613,8 @@ def run_plan(*, run_id: int) -> AutolabelRun:
         return AutolabelRun.objects.get(id=run.id)
     ids = _plan_items(run, ctx)
     n_shards = max(1, math.ceil(len(ids) / run.shard_items)) if len(ids) else 0
-    counts = np.bincount(pipeline.shard_of(ids, n_shards), minlength=n_shards) if n_shards else np.zeros(0, int)
+    _, offsets = pipeline.write_shard_index(run_dir(run), ids, n_shards)  # every shard's items, hashed once
+    counts = np.diff(offsets)
     with transaction.atomic():
         AutolabelShard.objects.bulk_create(
             [AutolabelShard(run=run, shard=s, n_items=int(counts[s])) for s in range(n_shards)],
@@ -616,9 +709,9 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
     shard or one a live worker holds is left alone; items already decided are skipped."""
     from annotate.services.scoring import worker_id
 
-    me = worker_id()
+    me, node = worker_id(), _node()
     try:
-        if _claim(run_id, shard, me):
+        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node):
             row = AutolabelShard.objects.select_related("run__project", "run__calibration").get(
                 run_id=run_id, shard=shard
             )
@@ -637,10 +730,47 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
     return AutolabelShard.objects.get(run_id=run_id, shard=shard)
 
 
+WORKER_FULL_RETRY_S = 5.0  # a shard its worker had no room for is offered again after this
+
+
+def _node() -> str:
+    """The Celery node running this task (one per GPU worker; its pool's processes share it), else
+    this process."""
+    from celery import current_task
+
+    from annotate.services.scoring import worker_id
+
+    hostname = getattr(getattr(current_task, "request", None), "hostname", None)
+    return str(hostname) if hostname else worker_id()
+
+
+def node_load(node: str, *, me: str = "") -> int:
+    """Shards running on ``node`` held by live processes (``me`` counted without asking)."""
+    from annotate.services.workers import worker_alive
+
+    holders = AutolabelShard.objects.filter(node=node, status=ShardStatus.RUNNING).values_list("worker", flat=True)
+    return sum(1 for w in holders if w == me or worker_alive(w))
+
+
+def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
+    """Claim first, then count (two claims racing on one node both see each other): over the run's
+    ``max_shards_per_worker``, the shard goes back to the queue for another worker, uncounted."""
+    row = AutolabelShard.objects.filter(run_id=run_id, shard=shard, worker=me, status=ShardStatus.RUNNING)
+    row.update(node=node)
+    cap = AutolabelRun.objects.values_list("max_shards_per_worker", flat=True).get(id=run_id)
+    if node_load(node, me=me) <= cap:
+        return True
+    if row.update(status=ShardStatus.QUEUED, worker="", node="", attempts=F("attempts") - 1):
+        _dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
+    return False
+
+
 def _shard_items(row: AutolabelShard) -> list[int]:
     run = row.run
-    ids = np.load(run_dir(run) / "items.npy")
-    mine = ids[pipeline.shard_of(ids, run.n_shards) == row.shard].tolist()
+    directory = run_dir(run)
+    if not (directory / "offsets.npy").is_file():  # planned before the index existed
+        pipeline.write_shard_index(directory, np.load(directory / "items.npy"), run.n_shards)
+    mine = pipeline.read_shard(directory, row.shard).tolist()
     decided = set(
         AutoLabel.objects.filter(
             item_id__in=mine, prompt_hash=run.prompt_hash, adapter_set_hash=run.adapter_set_hash
@@ -878,12 +1008,18 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 
 
 def autolabel_resume_all() -> int:
-    """Worker start: pending calibrations and runs are (re)started, a running run's queued shards and
-    those whose worker died are enqueued again (duplicates are harmless: the claim lets one in)."""
+    """Worker start: pending calibrations and runs are (re)started, so are calibrations running on a
+    dead worker; a running run's queued shards and those whose worker died are enqueued again
+    (duplicates are harmless: the claim lets one in)."""
     from annotate.services.workers import worker_alive
 
     sent = 0
-    for cal_id in Calibration.objects.filter(status=Calibration.Status.PENDING).values_list("id", flat=True):
+    open_calibrations = Calibration.objects.filter(
+        status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
+    ).values_list("id", "status", "worker")
+    for cal_id, status, worker in open_calibrations:
+        if status == Calibration.Status.RUNNING and worker_alive(worker):
+            continue
         _dispatch("calibrate", cal_id)
         sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from annotate.access import role_required
-from annotate.forms_autolabel import CalibrateForm, GoldDrawForm, LaunchForm, first_error
+from annotate.forms_autolabel import CalibrateForm, GoldDrawForm, LaunchForm, SplitDrawForm, first_error, given
 from annotate.models import Project
 from annotate.roles import LEAD, ML
 from annotate.selectors import autolabel as auto_sel
@@ -36,6 +36,8 @@ def _context(project: Project, **extra: Any) -> dict[str, Any]:
         "budget": auto_sel.budget(project=project, calibration=done) if done else None,
         "audit": [s for s in auto_sel.audit_statuses(calibration=done) if s.audited] if done else [],
         "audits_waiting": auto_sel.audits_waiting(calibration=done) if done else 0,
+        "oracle": auto_sel.oracle_precision(calibration=done) if done else [],
+        "split": auto_sel.calibration_split_counts(project=project),
         "run": run,
         "progress": progress,
         "working": working,
@@ -48,7 +50,12 @@ def _context(project: Project, **extra: Any) -> dict[str, Any]:
 @role_required(ML)
 def autolabel_home(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    forms = {"gold_form": GoldDrawForm(), "calibrate_form": CalibrateForm(), "launch_form": LaunchForm()}
+    forms = {
+        "gold_form": GoldDrawForm(),
+        "split_form": SplitDrawForm(),
+        "calibrate_form": CalibrateForm(),
+        "launch_form": LaunchForm(),
+    }
     return render(request, "annotate/autolabel.html", _context(project, **forms))
 
 
@@ -98,9 +105,20 @@ def autolabel_gold(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @role_required(ML)
 @require_POST
+def autolabel_split(request: HttpRequest, project_id: int) -> HttpResponse:
+    def act(project: Project, data: dict) -> str:
+        added = auto.calibration_split_draw(project=project, n=data["n"], seed=project.seed)
+        return f"{added} random pool items drawn into the calibration split; annotators label each once."
+
+    return _form_post(request, project_id, SplitDrawForm, act)
+
+
+@role_required(ML)
+@require_POST
 def autolabel_calibrate(request: HttpRequest, project_id: int) -> HttpResponse:
     def act(project: Project, data: dict) -> str:
-        return f"Calibration #{auto.calibration_request(project=project, user=request.user, **data).id} requested."
+        row = auto.calibration_request(project=project, user=request.user, **given(data))
+        return f"Calibration #{row.id} requested."
 
     return _form_post(request, project_id, CalibrateForm, act)
 
@@ -109,7 +127,7 @@ def autolabel_calibrate(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_POST
 def autolabel_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     def act(project: Project, data: dict) -> str:
-        return f"Run #{auto.run_request(project=project, user=request.user, **data).id} requested."
+        return f"Run #{auto.run_request(project=project, user=request.user, **given(data)).id} requested."
 
     return _form_post(request, project_id, LaunchForm, act)
 

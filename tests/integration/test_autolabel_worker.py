@@ -85,3 +85,37 @@ def test_a_killed_worker_resumes_to_identical_rows_and_a_rerun_is_a_no_op(
         assert AutolabelRun.objects.get(id=again.id).n_items == 0
         assert AutoLabel.objects.count() == 120
         assert np.isfinite([r.confidence for r in rows.values()]).all()
+
+
+def test_a_calibration_killed_mid_fit_resumes_on_the_next_worker(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
+) -> None:
+    """The worker stalls after scoring the calibration's items, before writing anything; SIGKILLed
+    there, the calibration stays running on a dead worker until the next worker's start takes it over
+    (the claim) and fits it from the start."""
+    stall_dir = tmp_path / "stalls"
+    stall_dir.mkdir()
+    for name, value in stall_env("calibrate", stall_dir).items():
+        monkeypatch.setenv(name, value)
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
+        project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+        workers.start("a")
+        wait_workers(["a"], timeout=120)
+        calibration = auto.calibration_request(project=project, cascade="none")
+        marker = stall_dir / f"calibrate-{calibration.id}"
+        wait_for(
+            lambda: marker.exists() or Calibration.objects.get(id=calibration.id).status in ("done", "failed"),
+            240,
+            "the calibration to stall",
+        )
+        assert marker.exists(), Calibration.objects.get(id=calibration.id).status
+        held = Calibration.objects.get(id=calibration.id)
+        assert held.status == "running" and held.attempts == 1 and held.worker
+        workers.kill("a")
+        assert Calibration.objects.get(id=calibration.id).status == "running"  # nobody else fits it yet
+
+        workers.start("b")  # its start finds the calibration running on a dead worker and re-enqueues it
+        wait_for(lambda: Calibration.objects.get(id=calibration.id).status == "done", 240, "the resumed calibration")
+        done = Calibration.objects.get(id=calibration.id)
+        assert done.attempts == 2 and done.worker != held.worker
+        assert done.n_items == 16 and len(done.thresholds["model"]) == 6 and not done.error

@@ -1,11 +1,14 @@
 """manage.py autolabel ACTION PROJECT — label the rest of the pool from the command line.
 
-gold       draw the stratified gold set (--per-class N, default 50)
-calibrate  fit the calibrator and per-class thresholds (--target, --cascade, --second-model)
-launch     label the pool (--audit-share, --in-flight, --chunk); prints the budget estimate first
+gold       top up the gold set by true class (--per-class N, default 50)
+split      draw the calibration split: random pool items people label once (--split N, default 500)
+calibrate  fit the calibrator and per-class thresholds (--target, --delta, --cascade, --second-model)
+launch     label the pool (--audit-share, --in-flight, --per-worker, --chunk); prints the budget first
 status     the latest calibration and run: thresholds, progress with ETA, tier counts, audit
 retry      queue the open dead letters for another try
 export     the final dataset with provenance (--format csv|jsonl|parquet, -o FILE)
+batch-manifest  the items still to label as a batch-API request manifest (JSONL, -o FILE, --model NAME)
+batch-results   import a batch API's results file (-i FILE): idempotent, another prompt version refused
 
 --sync runs the queued work in this process (no broker), printing progress with the ETA; without it
 a worker runs it and ``status`` (or ``--follow``) shows where it is.
@@ -23,7 +26,9 @@ from annotate.models import AutolabelRun, Project
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors.projects import project_by_ref
 from annotate.services import autolabel as auto
+from annotate.services import batch_api
 from annotate.services.exports_autolabel import export_dataset, export_dataset_parquet
+from scoring.batch_manifest import ManifestError
 from training.calibrate import DEFAULT_TARGET
 
 
@@ -44,29 +49,37 @@ def progress_line(run: AutolabelRun) -> str:
     )
 
 
+ACTIONS = ["gold", "split", "calibrate", "launch", "status", "retry", "export", "batch-manifest", "batch-results"]
+
+
 class Command(BaseCommand):
     help = "Gold set, calibration, the bulk auto-labelling job, its dead letters and the final export."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["gold", "calibrate", "launch", "status", "retry", "export"])
+        parser.add_argument("action", choices=ACTIONS)
         parser.add_argument("project", help="project id or name")
         parser.add_argument("--sync", action="store_true", help="run the work in this process (no worker)")
         parser.add_argument("--follow", action="store_true", help="poll the run's progress until it ends")
         parser.add_argument("--per-class", type=int, default=50)
+        parser.add_argument("--split", type=int, default=500, help="calibration-split items to draw")
         parser.add_argument("--target", type=float, default=DEFAULT_TARGET)
+        parser.add_argument("--delta", type=float, default=0.05, help="chance a class's threshold misses the target")
         parser.add_argument("--cascade", choices=auto.CASCADES, default="agreement")
         parser.add_argument("--second-model", default="")
         parser.add_argument("--audit-share", type=float, default=0.02)
         parser.add_argument("--in-flight", type=int, default=4, help="shards queued or running at once")
+        parser.add_argument("--per-worker", type=int, default=2, help="shards one worker holds at once")
         parser.add_argument("--chunk", type=int, default=256, help="items per engine call")
         parser.add_argument("--format", choices=["csv", "jsonl", "parquet"], default="csv")
         parser.add_argument("-o", "--output", default="-")
+        parser.add_argument("-i", "--input", default="", help="the batch API's results file")
+        parser.add_argument("--model", default="", help="model name written into the batch manifest")
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = _project(options["project"])
         try:
-            getattr(self, f"_{options['action']}")(project, options)
-        except auto.AutolabelError as exc:
+            getattr(self, f"_{options['action'].replace('-', '_')}")(project, options)
+        except (auto.AutolabelError, ManifestError) as exc:
             raise CommandError(str(exc)) from exc
 
     def _inline(self, options: dict[str, Any], first: Any) -> Any:
@@ -81,12 +94,17 @@ class Command(BaseCommand):
         added = auto.gold_draw(project=project, per_class=options["per_class"], seed=project.seed)
         self.stdout.write(f"{added} gold items drawn; each is double-labelled blind in the annotators' queue")
 
+    def _split(self, project: Project, options: dict[str, Any]) -> None:
+        added = auto.calibration_split_draw(project=project, n=options["split"], seed=project.seed)
+        self.stdout.write(f"{added} random pool items in the calibration split; each is labelled once by people")
+
     def _calibrate(self, project: Project, options: dict[str, Any]) -> None:
         row = self._inline(
             options,
             lambda: auto.calibration_request(
                 project=project,
                 target=options["target"],
+                delta=options["delta"],
                 cascade=options["cascade"],
                 second_model_dir=options["second_model"],
             ),
@@ -121,6 +139,7 @@ class Command(BaseCommand):
             project=project,
             audit_share=options["audit_share"],
             max_shards_in_flight=options["in_flight"],
+            max_shards_per_worker=options["per_worker"],
             chunk_size=options["chunk"],
         )
         if options["sync"]:
@@ -189,3 +208,19 @@ class Command(BaseCommand):
         finally:
             if out is not sys.stdout:
                 out.close()
+
+    def _batch_manifest(self, project: Project, options: dict[str, Any]) -> None:
+        out = sys.stdout if options["output"] == "-" else open(options["output"], "w", encoding="utf-8")  # noqa: SIM115
+        try:
+            n = sum(out.write(line) > 0 for line in batch_api.manifest_export(project=project, model=options["model"]))
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        self.stderr.write(f"{n} requests in the manifest")
+
+    def _batch_results(self, project: Project, options: dict[str, Any]) -> None:
+        if not options["input"]:
+            raise CommandError("give the results file with -i FILE")
+        with open(options["input"], encoding="utf-8") as f:
+            done = batch_api.results_import(project=project, lines=f)
+        self.stdout.write(f"{done.answers} answers for prompt version {done.version}: {done.added} new")
