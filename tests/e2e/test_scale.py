@@ -1,0 +1,87 @@
+"""Browser: issue 32, the scale of the job. Problem 7: a project with 200 labels keys its nine most
+used labels 1–9 and finds the others with a label search (`/`, arrows, Enter), and its annotate page
+fits a 390 px phone in about one screen and a bit. Problem 8: the item browser sorts and acts on many
+items at once (confirm, then undo), and a lead reviews by keyboard with the focus on the next row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.login import log_in
+from tests.e2e.phone import PHONE, no_sideways_scroll
+from tests.live_server import LiveServer
+
+pytestmark = pytest.mark.e2e
+
+LABELS = [f"topic {i:03d}" for i in range(200)]
+
+
+def test_problem_7_two_hundred_labels_keys_search_and_phone_height(
+    live_app: LiveServer, user_page: Any, browser: Any, artifacts_dir: Path
+) -> None:
+    seeded = live_app.call(
+        "tests.live_server:seed_labeling_project", name="e2e-200", n_items=6, labels=LABELS, users=["sc-ann"]
+    )
+    project = seeded["project"]
+    live_app.call("tests.e2e.test_scale:use_labels", project=project, names=["topic 150", "topic 150", "topic 077"])
+    page = user_page("sc-ann")
+    page.goto(f"/p/{project}/annotate/")
+    buttons = page.locator("form.labels .label-button")
+    assert buttons.count() == 9
+    keyed = buttons.all_inner_texts()
+    assert [t.split()[0] for t in keyed] == list("123456789")
+    # The two used labels first, then label order; buttons stay in label order.
+    assert [t.split(" ", 1)[1] for t in keyed] == [
+        "topic 000", "topic 001", "topic 002", "topic 003", "topic 004", "topic 005", "topic 006", "topic 077",
+        "topic 150",
+    ]  # fmt: skip
+    page.keyboard.press("9")
+    page.get_by_text("Saved “topic 150”").wait_for()
+
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "label-search"
+    page.keyboard.type("topic 19")
+    options = page.locator("#label-options [role=option]:visible")
+    assert options.all_inner_texts() == [f"topic 19{i}" for i in range(8)]  # eight matches at most
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    assert page.locator("#label-options [aria-selected=true]").inner_text() == "topic 192"
+    page.keyboard.press("Enter")
+    page.get_by_text("Saved “topic 192”").wait_for()
+    page.keyboard.press("/")
+    page.keyboard.type("188")
+    page.keyboard.press("Enter")  # the first match
+    page.get_by_text("Saved “topic 188”").wait_for()
+    page.screenshot(path=str(artifacts_dir / "scale-200-labels.png"), full_page=True)
+
+    context = browser.new_context(base_url=live_app.url, viewport=PHONE, is_mobile=True, has_touch=True)
+    context.set_default_timeout(15_000)
+    phone = log_in(context, "sc-ann")
+    phone.goto(f"/p/{project}/annotate/")
+    phone.locator("#label-search").wait_for()
+    no_sideways_scroll(phone)
+    height = phone.evaluate("document.documentElement.scrollHeight")
+    phone.screenshot(path=str(artifacts_dir / "scale-200-labels-phone.png"), full_page=True)
+    assert height <= 1000, f"the annotate page is {height}px tall on a phone with 200 labels"
+    phone.locator("#label-search").fill("topic 05")
+    phone.get_by_role("option", name="topic 055").tap()
+    phone.get_by_text("Saved “topic 055”").wait_for()
+    context.close()
+
+
+# --- run inside the server's environment (LiveServer.call) ----------------------------------------
+
+
+def use_labels(*, project: int, names: list[str]) -> None:
+    """One annotation per name (by throwaway annotators) on items outside the batch: label usage."""
+    from django.contrib.auth.models import User
+
+    from annotate.models import Annotation, Item, Label
+
+    for n, name in enumerate(names):
+        user, _ = User.objects.get_or_create(username=f"usage-{project}-{n}")
+        item = Item.objects.create(project_id=project, external_id=f"usage-{n}", text=f"used {n}", text_hash=f"u{n}")
+        Annotation.objects.create(item=item, annotator=user, label=Label.objects.get(project_id=project, name=name))
