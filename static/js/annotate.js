@@ -47,7 +47,9 @@
 
   function setActive(option) {
     const input = search();
-    for (const o of matches()) o.setAttribute("aria-selected", o === option ? "true" : "false");
+    for (const o of document.querySelectorAll("#label-options [role=option]")) {
+      o.setAttribute("aria-selected", o === option ? "true" : "false");
+    }
     if (option) { input.setAttribute("aria-activedescendant", option.id); option.scrollIntoView({ block: "nearest" }); }
     else input.removeAttribute("aria-activedescendant");
   }
