@@ -97,7 +97,7 @@ _QUEUE_ROWS = {
 }
 _QUEUE_ORDER = "sort1, sort2"
 _MY_LEASES = f"SELECT l.item_id, l.created_at AS sort1, 0 AS sort2 FROM {_TABLES['lease']} l "
-_MY_LEASES += "WHERE l.annotator_id = %(user)s AND l.expires_at > %(now)s"
+_MY_LEASES += "WHERE l.annotator_id = %(user)s AND l.expires_at > %(now)s AND NOT l.assigned"  # assigned: _ASSIGNED_SQL
 _NEWEST_FIRST = "sort1 DESC"
 # The walk runs in the rows' order and stops at the first item that passes, whatever the planner
 # knows of the tables (a fresh import has no statistics yet): on PostgreSQL the item check is a
