@@ -28,6 +28,14 @@ urlpatterns = [
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
     # Item browser (leads, ml)
     path("p/<int:project_id>/items/", items.item_browser, name="item_browser"),
+    path("p/<int:project_id>/items/bulk/", items.item_bulk, name="item_bulk"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/", items.item_bulk_confirm, name="item_bulk_confirm"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/apply/", items.item_bulk_apply, name="item_bulk_apply"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/undo/", items.item_bulk_undo, name="item_bulk_undo"),
+    path("p/<int:project_id>/items/filters/", items.item_filter_save, name="item_filter_save"),
+    path(
+        "p/<int:project_id>/items/filters/<int:filter_id>/delete/", items.item_filter_delete, name="item_filter_delete"
+    ),
     path("p/<int:project_id>/items/<int:item_id>/", items.item_detail, name="item_detail"),
     path("p/<int:project_id>/items/<int:item_id>/relabel/", items.item_relabel, name="item_relabel"),
     path("p/<int:project_id>/items/<int:item_id>/review/", items.item_to_review, name="item_to_review"),
