@@ -72,6 +72,59 @@ def test_problem_7_two_hundred_labels_keys_search_and_phone_height(
     context.close()
 
 
+def test_problem_8_item_browser_sorts_bulk_relabels_with_confirm_and_undo_and_saves_filters(
+    live_app: LiveServer, user_page: Any, artifacts_dir: Path
+) -> None:
+    seeded = live_app.call("tests.live_server:seed_labeling_project", name="e2e-bulk", n_items=6)
+    project = seeded["project"]
+    live_app.call("tests.e2e.test_scale:predict", project=project, tops=[0.9, 0.4, 0.7, 0.55, 0.95, 0.35])
+    page = user_page("bulk-lead", roles=["lead"])
+    page.goto(f"/p/{project}/items/")
+    first_id = "#item-results tbody tr:first-child td:nth-child(2)"
+    assert page.locator(first_id).inner_text() == "e2e-bulk-0"
+    page.select_option("#item-filters select[name=sort]", "confidence")  # htmx: applies on change
+    page.locator(first_id, has_text="e2e-bulk-5").wait_for()
+    ids = page.locator("#item-results tbody tr td:nth-child(2)").all_inner_texts()
+    assert ids == [f"e2e-bulk-{n}" for n in (5, 1, 3, 2, 0, 4)]  # lowest confidence first
+    page.select_option("#item-filters select[name=sort]", "uncertainty")
+    page.locator(first_id, has_text="e2e-bulk-5").wait_for()  # the flattest distribution first
+    page.select_option("#item-filters select[name=sort]", "-confidence")
+    page.locator(first_id, has_text="e2e-bulk-4").wait_for()
+
+    page.fill("#save-filter input[name=name]", "sure ones")
+    page.get_by_role("button", name="Save filter").click()
+    page.get_by_text("Filter “sure ones” saved.").wait_for()
+    page.goto(f"/p/{project}/items/")
+    page.get_by_role("link", name="sure ones").click()
+    page.locator(first_id, has_text="e2e-bulk-4").wait_for()
+
+    page.get_by_label("Select e2e-bulk-4").check()
+    page.get_by_label("Select e2e-bulk-0").check()
+    page.select_option("#bulk-actions select[name=action]", "relabel")
+    page.select_option("#bulk-actions select[name=label]", label="neutral")
+    page.get_by_role("button", name="Continue…").click()
+    assert "relabel 2 items to neutral" in page.locator("#bulk-summary").inner_text()
+    page.screenshot(path=str(artifacts_dir / "bulk-confirm.png"), full_page=True)
+    page.get_by_role("button", name="Confirm: relabel 2 items").click()
+    page.get_by_text("Done: relabelled 2 items to neutral.").wait_for()
+    assert live_app.call("tests.e2e.test_scale:final_labels", project=project) == {
+        "e2e-bulk-0": "neutral",
+        "e2e-bulk-4": "neutral",
+    }
+    assert page.locator(first_id).inner_text() == "e2e-bulk-4"  # back on the saved filter's order
+    page.screenshot(path=str(artifacts_dir / "bulk-done.png"), full_page=True)
+    page.locator("#last-bulk").get_by_role("button", name="Undo it").click()
+    page.get_by_text("Undone: 2 items are as they were before.").wait_for()
+    assert live_app.call("tests.e2e.test_scale:final_labels", project=project) == {}
+
+    page.locator("#all-matching").check()
+    page.select_option("#bulk-actions select[name=action]", "review")
+    page.get_by_role("button", name="Continue…").click()
+    assert "send 6 items to the review bucket" in page.locator("#bulk-summary").inner_text()
+    page.get_by_role("link", name="Cancel").click()
+    assert live_app.call("tests.e2e.test_scale:states", project=project) == {"pool": 6}
+
+
 # --- run inside the server's environment (LiveServer.call) ----------------------------------------
 
 
@@ -85,3 +138,30 @@ def use_labels(*, project: int, names: list[str]) -> None:
         user, _ = User.objects.get_or_create(username=f"usage-{project}-{n}")
         item = Item.objects.create(project_id=project, external_id=f"usage-{n}", text=f"used {n}", text_hash=f"u{n}")
         Annotation.objects.create(item=item, annotator=user, label=Label.objects.get(project_id=project, name=name))
+
+
+def predict(*, project: int, tops: list[float]) -> None:
+    """A prediction per batch item (in id order) with top probability tops[n] on the first label."""
+    from annotate.models import Item, Label, Prediction
+
+    first = Label.objects.filter(project_id=project).order_by("order").first()
+    for item, top in zip(Item.objects.filter(project_id=project).order_by("id"), tops, strict=False):
+        rest = (1.0 - top) / 2
+        Prediction.objects.create(
+            item=item, prompt_hash="p", adapter_set_hash="a", label=first, probs=[top, rest, rest], mass=0.9
+        )
+
+
+def final_labels(*, project: int) -> dict[str, str]:
+    from annotate.models import Item
+
+    rows = Item.objects.filter(project_id=project, final_label__isnull=False).values_list("external_id", "final_label__name")
+    return dict(rows)
+
+
+def states(*, project: int) -> dict[str, int]:
+    from collections import Counter
+
+    from annotate.models import Item
+
+    return dict(Counter(Item.objects.filter(project_id=project).values_list("state", flat=True)))
