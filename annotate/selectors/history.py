@@ -11,7 +11,7 @@ from annotate.models import ItemEvent, Project
 
 K = ItemEvent.Kind
 ANNOTATOR_ACTIONS = (K.LABEL, K.REVISION, K.SKIP)
-LEAD_DECISIONS = (K.DECISION, K.RETURN)
+LEAD_DECISIONS = (K.DECISION, K.RETURN, K.REVIEW)  # what a lead's undo takes back (decision_undo)
 
 
 def later_events(*, event: ItemEvent) -> QuerySet[ItemEvent]:

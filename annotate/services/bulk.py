@@ -20,6 +20,7 @@ from annotate.roles import ANNOTATOR, LEAD, ML, has_project_role
 from annotate.services.history import (
     UndoRefused,
     decision_restore,
+    decision_snapshot,
     event_record,
     refuse_unless_undoable,
 )
@@ -140,7 +141,7 @@ def _leases_of(item: Item) -> list[dict[str, Any]]:
 def _apply_one(action: BulkAction, item: Item, now: Any) -> ItemEvent:
     actor = action.actor
     if action.kind == K.REVIEW:
-        before = {"state": item.state, "review_reason": item.review_reason}
+        before = decision_snapshot(item)
         reason = action.note or f"sent to review by {actor.username}"
         item.state, item.review_reason = Item.State.REVIEW, reason[:200]
         item.save(update_fields=["state", "review_reason"])
@@ -184,10 +185,7 @@ def bulk_apply(*, project: Project, action_id: int, actor: Any) -> BulkAction:
 
 def _undo_one(event: ItemEvent, item: Item) -> None:
     before = event.before
-    if event.kind == ItemEvent.Kind.REVIEW:
-        item.state, item.review_reason = before["state"], before["review_reason"]
-        item.save(update_fields=["state", "review_reason"])
-    elif event.kind == ItemEvent.Kind.ASSIGN:
+    if event.kind == ItemEvent.Kind.ASSIGN:
         Lease.objects.filter(item=item).delete()
         Lease.objects.bulk_create(
             Lease(

@@ -105,11 +105,11 @@ def decision_restore(item: Item, before: dict[str, Any]) -> None:
 
 @transaction.atomic
 def decision_undo(*, project: Project, event_id: int, lead: Any) -> ItemEvent:
-    """Take back a lead's decision or return to the pool: the item's final label, state, adjudication
+    """Take back a lead's decision, return to the pool or sending to review: the item's final label, state, adjudication
     (with its note) and the skips it resolved are as they were before it. Raises `UndoRefused` when
     it no longer applies (undone already, or the item was labelled, revised or decided since)."""
     event = ItemEvent.objects.filter(pk=event_id, item__project=project).first()
-    if event is None or event.kind not in (K.DECISION, K.RETURN):
+    if event is None or event.kind not in (K.DECISION, K.RETURN, K.REVIEW):
         raise UndoRefused("no such lead decision in this project")
     item = Item.objects.select_for_update().get(pk=event.item_id)
     refuse_unless_undoable(event)

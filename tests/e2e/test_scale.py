@@ -125,6 +125,54 @@ def test_problem_8_item_browser_sorts_bulk_relabels_with_confirm_and_undo_and_sa
     assert live_app.call("tests.e2e.test_scale:states", project=project) == {"pool": 6}
 
 
+def test_problem_8_lead_reviews_by_keyboard_and_decide_moves_the_focus_to_the_next_row(
+    live_app: LiveServer, user_page: Any, artifacts_dir: Path
+) -> None:
+    seeded = live_app.call(
+        "tests.live_server:seed_labeling_project", name="e2e-keys", n_items=4, n_overlap=4, users=["kla", "klb"]
+    )
+    project, rows = seeded["project"], seeded["items"]
+    live_app.call("tests.e2e.test_scale:disagree", project=project, users=["kla", "klb"])
+    page = user_page("keys-lead", roles=["lead"])
+    page.goto(f"/p/{project}/lead/disagreements/")
+    focused = "document.activeElement.id"
+    assert page.evaluate(focused) == f"item-{rows[0]}"
+    page.keyboard.press("j")
+    assert page.evaluate(focused) == f"item-{rows[1]}"
+    page.keyboard.press("k")
+    assert page.evaluate(focused) == f"item-{rows[0]}"
+
+    page.keyboard.press("2")  # the second label: negative
+    page.keyboard.press("n")
+    page.keyboard.type("close call")
+    page.keyboard.press("Escape")
+    assert page.evaluate(focused) == f"item-{rows[0]}"
+    page.keyboard.press("Enter")
+    page.locator(f"#item-{rows[0]}", has_text="Decided: negative by keys-lead").wait_for()
+    page.wait_for_function(f"{focused} === 'item-{rows[1]}'")  # not the page body: the next row
+
+    page.keyboard.press("x")
+    page.keyboard.press("Enter")
+    page.locator(f"#item-{rows[1]}", has_text="Decided: unlabelable").wait_for()
+    page.wait_for_function(f"{focused} === 'item-{rows[2]}'")
+    page.keyboard.press("k")
+    page.keyboard.press("u")
+    page.locator(f"#item-{rows[1]}", has_text="Undone").wait_for()
+    assert page.evaluate(focused) == f"item-{rows[1]}"
+    page.keyboard.press("r")
+    page.locator(f"#item-{rows[1]}", has_text="In the review bucket.").wait_for()
+    page.wait_for_function(f"{focused} === 'item-{rows[2]}'")
+    page.keyboard.press("?")
+    page.locator("#lead-shortcuts[open]").wait_for()
+    page.screenshot(path=str(artifacts_dir / "lead-keyboard.png"), full_page=True)
+    assert live_app.call("tests.e2e.test_scale:decisions", project=project) == [
+        ["decision", "negative", "close call"],
+        ["decision", None, ""],
+        ["undo", None, "undid decision"],
+        ["review", None, ""],
+    ]
+
+
 # --- run inside the server's environment (LiveServer.call) ----------------------------------------
 
 
@@ -165,3 +213,24 @@ def states(*, project: int) -> dict[str, int]:
     from annotate.models import Item
 
     return dict(Counter(Item.objects.filter(project_id=project).values_list("state", flat=True)))
+
+
+def disagree(*, project: int, users: list[str]) -> None:
+    """The first user labels every batch item with the first label, the second with the second."""
+    from django.contrib.auth.models import User
+
+    from annotate.models import Label, Project
+    from annotate.services.labeling import label_submit, next_item_for
+
+    labels = list(Label.objects.filter(project_id=project).order_by("order"))
+    for user, label in zip((User.objects.get(username=u) for u in users), labels, strict=False):
+        while (item := next_item_for(project=Project.objects.get(pk=project), annotator=user)) is not None:
+            label_submit(item=item, annotator=user, label=label)
+
+
+def decisions(*, project: int) -> list[list[Any]]:
+    """The leads' history events in the project, oldest first: [kind, label name, note]."""
+    from annotate.models import ItemEvent
+
+    events = ItemEvent.objects.filter(item__project_id=project, kind__in=["decision", "undo", "review"])
+    return [[e.kind, e.label.name if e.label else None, e.note] for e in events.select_related("label").order_by("id")]
