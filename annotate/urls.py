@@ -24,9 +24,7 @@ urlpatterns = [
     path("p/<int:project_id>/lead/agreement/", lead.lead_agreement, name="lead_agreement"),
     path("p/<int:project_id>/lead/items/<int:item_id>/adjudicate/", lead.lead_adjudicate, name="lead_adjudicate"),
     path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
-    path(
-        "p/<int:project_id>/lead/items/<int:item_id>/review/", lead.lead_send_to_review, name="lead_send_to_review"
-    ),
+    path("p/<int:project_id>/lead/items/<int:item_id>/review/", lead.lead_send_to_review, name="lead_send_to_review"),
     path("p/<int:project_id>/lead/events/<int:event_id>/undo/", lead.lead_undo, name="lead_undo"),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
     # Item browser (leads, ml)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.template.defaultfilters import pluralize
 from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.template.defaultfilters import pluralize
 
 from annotate.models import (
     Annotation,
@@ -156,8 +156,12 @@ def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tupl
     ids = ordered_ids(project=project, filters=filters)
     start = (max(page, 1) - 1) * PAGE_SIZE
     page_ids = ids[start : start + PAGE_SIZE]
-    found = Item.objects.filter(pk__in=page_ids).select_related("final_label").prefetch_related(
-        Prefetch("annotations", queryset=Annotation.objects.select_related("annotator", "label").order_by("id"))
+    found = (
+        Item.objects.filter(pk__in=page_ids)
+        .select_related("final_label")
+        .prefetch_related(
+            Prefetch("annotations", queryset=Annotation.objects.select_related("annotator", "label").order_by("id"))
+        )
     )
     by_id = {item.pk: item for item in found}
     model = _newest_predictions(page_ids)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from annotate.models import Annotation, BulkAction, Item, ItemEvent, Label, Lease, Project, Skip
 from annotate.roles import ANNOTATOR, LEAD, ML, has_project_role
@@ -145,14 +144,18 @@ def _apply_one(action: BulkAction, item: Item, now: Any) -> ItemEvent:
         reason = action.note or f"sent to review by {actor.username}"
         item.state, item.review_reason = Item.State.REVIEW, reason[:200]
         item.save(update_fields=["state", "review_reason"])
-        return event_record(item_id=item.pk, kind=ItemEvent.Kind.REVIEW, actor=actor, note=reason, before=before, now=now)
+        return event_record(
+            item_id=item.pk, kind=ItemEvent.Kind.REVIEW, actor=actor, note=reason, before=before, now=now
+        )
     if action.kind == K.ASSIGN:
         before = {"leases": _leases_of(item)}
         Lease.objects.filter(item=item).delete()  # whoever held it lets go: it is kept for the assignee
+        assignee = action.assignee
+        assert assignee is not None  # bulk_draft requires one for an assignment
         Lease.objects.create(
-            item=item, annotator=action.assignee, created_at=now, expires_at=now + ASSIGNED_FOR, assigned=True
+            item=item, annotator=assignee, created_at=now, expires_at=now + ASSIGNED_FOR, assigned=True
         )
-        note = f"assigned it to {action.assignee.username}"
+        note = f"assigned it to {assignee.username}"
         return event_record(item_id=item.pk, kind=ItemEvent.Kind.ASSIGN, actor=actor, note=note, before=before, now=now)
     adjudicate(item=item, label=action.label, lead=actor, note=action.note or "bulk relabel")
     return ItemEvent.objects.filter(item=item, kind=ItemEvent.Kind.DECISION).latest("id")
@@ -191,8 +194,8 @@ def _undo_one(event: ItemEvent, item: Item) -> None:
             Lease(
                 item=item,
                 annotator_id=le["annotator"],
-                created_at=parse_datetime(le["created_at"]),
-                expires_at=parse_datetime(le["expires_at"]),
+                created_at=datetime.fromisoformat(le["created_at"]),
+                expires_at=datetime.fromisoformat(le["expires_at"]),
                 assigned=le["assigned"],
             )
             for le in before["leases"]
@@ -217,12 +220,19 @@ def bulk_undo(*, project: Project, action_id: int, actor: Any) -> BulkAction:
         except UndoRefused as exc:
             refused.append(str(exc))
     if refused:
-        raise UndoRefused(f"{len(refused)} of the {len(events)} items changed since, so undo no longer applies: {refused[0]}")
+        raise UndoRefused(
+            f"{len(refused)} of the {len(events)} items changed since, so undo no longer applies: {refused[0]}"
+        )
     now = timezone.now()
     for event in events:
         _undo_one(event, items[event.item_id])
         event_record(
-            item_id=event.item_id, kind=ItemEvent.Kind.UNDO, actor=actor, undoes=event, note=f"undid bulk {action.kind}", now=now
+            item_id=event.item_id,
+            kind=ItemEvent.Kind.UNDO,
+            actor=actor,
+            undoes=event,
+            note=f"undid bulk {action.kind}",
+            now=now,
         )
     action.status, action.undone_at = BulkAction.Status.UNDONE, now
     action.save(update_fields=["status", "undone_at"])

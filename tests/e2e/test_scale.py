@@ -192,7 +192,7 @@ def predict(*, project: int, tops: list[float]) -> None:
     """A prediction per batch item (in id order) with top probability tops[n] on the first label."""
     from annotate.models import Item, Label, Prediction
 
-    first = Label.objects.filter(project_id=project).order_by("order").first()
+    first = Label.objects.filter(project_id=project).order_by("order")[0]
     for item, top in zip(Item.objects.filter(project_id=project).order_by("id"), tops, strict=False):
         rest = (1.0 - top) / 2
         Prediction.objects.create(
@@ -203,7 +203,9 @@ def predict(*, project: int, tops: list[float]) -> None:
 def final_labels(*, project: int) -> dict[str, str]:
     from annotate.models import Item
 
-    rows = Item.objects.filter(project_id=project, final_label__isnull=False).values_list("external_id", "final_label__name")
+    rows = Item.objects.filter(project_id=project, final_label__isnull=False).values_list(
+        "external_id", "final_label__name"
+    )
     return dict(rows)
 
 

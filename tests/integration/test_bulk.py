@@ -15,10 +15,11 @@ from annotate.services.accounts import user_create
 from annotate.services.bulk import BulkRefused, UndoRefused, bulk_apply, bulk_draft, bulk_undo
 from annotate.services.labeling import label_submit, next_item_for, skip_submit
 from annotate.services.review import adjudicate
-from tests.integration.test_history import people, project  # noqa: F401 (fixtures)
+from tests.integration import test_history
 from tests.integration.test_review import fast_passwords, label  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.django_db
+project, people = test_history.project, test_history.people  # the fixtures: three items, two annotators, two leads
 
 
 def _state(project: Project) -> dict[int, Any]:
@@ -54,7 +55,9 @@ def test_problem_8_bulk_relabel_then_undo_restores_exactly(project: Project, peo
     adjudicate(item=decided, label=label(project, "politics"), lead=people["leo"], note="leo's call")
     before = _state(project)
 
-    draft = bulk_draft(project=project, actor=lena, kind="relabel", item_ids=_all(project), label=label(project, "science"))
+    draft = bulk_draft(
+        project=project, actor=lena, kind="relabel", item_ids=_all(project), label=label(project, "science")
+    )
     assert len(draft.item_ids) == 3 and draft.left_out == {}
     assert _state(project) == before  # a draft changes nothing
     applied = bulk_apply(project=project, action_id=draft.pk, actor=lena)
@@ -118,9 +121,9 @@ def test_problem_8_assigned_items_are_served_first_and_kept(project: Project, pe
 
 def test_problem_8_an_annotator_cannot_act_in_bulk(project: Project, people: dict[str, Any]) -> None:
     alice = people["alice"]
-    for kind, extra in (("relabel", {"label": label(project, "sports")}), ("review", {})):
+    for kind, to in (("relabel", label(project, "sports")), ("review", None)):
         with pytest.raises(BulkRefused, match="only leads and ML staff"):
-            bulk_draft(project=project, actor=alice, kind=kind, item_ids=_all(project), **extra)
+            bulk_draft(project=project, actor=alice, kind=kind, item_ids=_all(project), label=to)
     draft = bulk_draft(
         project=project, actor=people["lena"], kind="relabel", item_ids=_all(project), label=label(project, "sports")
     )
@@ -138,8 +141,12 @@ def test_problem_8_an_ml_user_may_relabel_and_a_lead_may_not_decide_own_items(
     item = next_item_for(project=project, annotator=lena)
     assert item is not None
     label_submit(item=item, annotator=lena, label=label(project, "sports"))
-    draft = bulk_draft(project=project, actor=lena, kind="relabel", item_ids=_all(project), label=label(project, "science"))
+    draft = bulk_draft(
+        project=project, actor=lena, kind="relabel", item_ids=_all(project), label=label(project, "science")
+    )
     assert item.pk not in draft.item_ids and draft.left_out == {"were labelled by you (another lead decides them)": 1}
-    by_ml = bulk_draft(project=project, actor=ml, kind="relabel", item_ids=_all(project), label=label(project, "science"))
+    by_ml = bulk_draft(
+        project=project, actor=ml, kind="relabel", item_ids=_all(project), label=label(project, "science")
+    )
     bulk_apply(project=project, action_id=by_ml.pk, actor=ml)
     assert Item.objects.filter(project=project, final_label__name="science").count() == 3

@@ -274,7 +274,17 @@ def test_problem_7_more_than_nine_labels_keys_the_nine_most_used(make_user: Call
             Annotation.objects.create(item=item, annotator=annotator, label=label)
     choice = label_choice(project=many)
     shown = [b.label.name for b in choice.buttons]
-    assert shown == ["label 0", "label 1", "label 2", "label 3", "label 4", "label 5", "label 6", "label 12", "label 20"]
+    assert shown == [
+        "label 0",
+        "label 1",
+        "label 2",
+        "label 3",
+        "label 4",
+        "label 5",
+        "label 6",
+        "label 12",
+        "label 20",
+    ]
     assert [b.key for b in choice.buttons] == list("123456789")
     assert len(choice.more) == 21 and labels[7] in choice.more and labels[20] not in choice.more
 
