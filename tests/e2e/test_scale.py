@@ -129,7 +129,7 @@ def test_problem_8_lead_reviews_by_keyboard_and_decide_moves_the_focus_to_the_ne
     live_app: LiveServer, user_page: Any, artifacts_dir: Path
 ) -> None:
     seeded = live_app.call(
-        "tests.live_server:seed_labeling_project", name="e2e-keys", n_items=4, n_overlap=4, users=["kla", "klb"]
+        "tests.live_server:seed_labeling_project", name="e2e-lead-keys", n_items=4, n_overlap=4, users=["kla", "klb"]
     )
     project, rows = seeded["project"], seeded["items"]
     live_app.call("tests.e2e.test_scale:disagree", project=project, users=["kla", "klb"])
@@ -158,7 +158,7 @@ def test_problem_8_lead_reviews_by_keyboard_and_decide_moves_the_focus_to_the_ne
     page.keyboard.press("k")
     page.keyboard.press("u")
     page.locator(f"#item-{rows[1]}", has_text="Undone").wait_for()
-    assert page.evaluate(focused) == f"item-{rows[1]}"
+    page.wait_for_function(f"{focused} === 'item-{rows[1]}'")  # the focus settles just after the swap
     page.keyboard.press("r")
     page.locator(f"#item-{rows[1]}", has_text="In the review bucket.").wait_for()
     page.wait_for_function(f"{focused} === 'item-{rows[2]}'")
