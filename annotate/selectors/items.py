@@ -111,9 +111,10 @@ def _newest_predictions(item_ids: Any) -> dict[int, ModelView]:
     return views  # later rows overwrote earlier ones: the newest wins
 
 
-def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int]:
+def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int] | QuerySet[Item, int]:
     """The ids of the matching items in the browser's sort order (ties, and items the key does not
-    reach, such as items without a prediction, last and by id)."""
+    reach, such as items without a prediction, last and by id): a list where Python sorts them (the
+    model's numbers live in JSON), else a query the page slices."""
     items = browse_items(project=project, filters=filters)
     sort = filters.get("sort") or ""
     if sort in ("confidence", "-confidence", "uncertainty"):
@@ -141,7 +142,7 @@ def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int]:
         )
     else:
         ranked = ranked.order_by("id")
-    return list(ranked.values_list("id", flat=True))
+    return ranked.values_list("id", flat=True)
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,9 @@ class ItemRow:
 def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tuple[list[ItemRow], int]:
     """One page of rows, in the browser's sort order, and the total count."""
     ids = ordered_ids(project=project, filters=filters)
+    total = len(ids) if isinstance(ids, list) else ids.count()
     start = (max(page, 1) - 1) * PAGE_SIZE
-    page_ids = ids[start : start + PAGE_SIZE]
+    page_ids = list(ids[start : start + PAGE_SIZE])
     found = (
         Item.objects.filter(pk__in=page_ids)
         .select_related("final_label")
@@ -174,7 +176,7 @@ def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tupl
         for i in page_ids
         if i in by_id
     ]
-    return rows, len(ids)
+    return rows, total
 
 
 def last_bulk_action(*, project: Project, user: Any) -> BulkAction | None:

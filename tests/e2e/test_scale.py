@@ -72,6 +72,19 @@ def test_problem_7_two_hundred_labels_keys_search_and_phone_height(
     context.close()
 
 
+def test_problem_7_without_javascript_the_other_labels_are_a_select(live_app: LiveServer, user_page: Any) -> None:
+    seeded = live_app.call(
+        "tests.live_server:seed_labeling_project", name="e2e-200-nojs", n_items=2, labels=LABELS[:40], users=["sc-nojs"]
+    )
+    page = user_page("sc-nojs", javascript=False)
+    page.goto(f"/p/{seeded['project']}/annotate/")
+    assert page.locator("form.labels .label-button").count() == 9
+    assert not page.locator("#label-search").is_visible()
+    page.select_option("form.label-more select[name=label]", label="topic 033")
+    page.get_by_role("button", name="Save label").click()
+    page.get_by_text("Saved “topic 033”").wait_for()
+
+
 def test_problem_8_item_browser_sorts_bulk_relabels_with_confirm_and_undo_and_saves_filters(
     live_app: LiveServer, user_page: Any, artifacts_dir: Path
 ) -> None:
