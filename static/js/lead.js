@@ -6,7 +6,9 @@
   const rows = () => [...document.querySelectorAll("table.queue tr.item-row")];
   const current = () => document.querySelector("table.queue tr.item-row.current");
   const typing = (el) => el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
-  let acting = null;  // id of the row whose request is in flight (htmx swaps it whole)
+  // request → id of the row it acts on (htmx swaps the row whole). Per request: a key pressed just
+  // after one swap must not take the settling of that swap for its own.
+  const acting = new WeakMap();
 
   function focusRow(row) {
     if (!row) return;
@@ -84,15 +86,17 @@
   // Keys, clicks and Enter in the note alike: remember the row a request acts on.
   document.addEventListener("htmx:beforeRequest", (event) => {
     const row = event.detail.elt.closest && event.detail.elt.closest("table.queue tr.item-row");
-    if (row) acting = row.id;
+    if (row && event.detail.xhr) acting.set(event.detail.xhr, row.id);
   });
 
   // The row came back from the server: decided (or sent away) → the next undecided row; an error or
   // an undo → the same row again.
-  document.addEventListener("htmx:afterSettle", () => {
-    if (!acting) return;
-    const row = document.getElementById(acting);
-    acting = null;
+  document.addEventListener("htmx:afterSettle", (event) => {
+    const xhr = event.detail && event.detail.xhr;
+    const id = xhr && acting.get(xhr);
+    if (!id) return;
+    acting.delete(xhr);
+    const row = document.getElementById(id);
     if (!row) return;
     focusRow(undecided(row) || row.querySelector(".error") ? row : nextUndecided(row));
   });
