@@ -306,7 +306,7 @@ class Lease(models.Model):
     # A lead assigned the item to this annotator (item browser, bulk "assign"): it is served to them
     # before their queue and kept for them; it does not run out (expires_at far ahead) and taking
     # another item does not let go of it. Their label or skip ends it, like any lease.
-    assigned = models.BooleanField(default=False)
+    assigned = models.BooleanField(default=False, db_default=False)  # db_default: raw INSERTs may omit it
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="lease_unique")]

@@ -124,8 +124,8 @@ def _walk(*, rows: str, order: str, columns: str, check: str, lock: bool = False
 # other leases in the project only when this one is written. Answers the item row.
 _TAKE_SQL = """WITH room AS (SELECT 1 FROM {item} i WHERE i.id = %(item)s AND {taken} < i.required_labels),
 taken AS (
-  INSERT INTO {lease} (item_id, annotator_id, created_at, expires_at)
-  SELECT %(item)s, %(user)s, %(now)s, %(expires)s FROM room
+  INSERT INTO {lease} (item_id, annotator_id, created_at, expires_at, assigned)
+  SELECT %(item)s, %(user)s, %(now)s, %(expires)s, FALSE FROM room
   ON CONFLICT (item_id, annotator_id) DO UPDATE SET created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
   RETURNING item_id),
 released AS (
