@@ -138,6 +138,37 @@ def test_problem_8_item_browser_sorts_bulk_relabels_with_confirm_and_undo_and_sa
     assert live_app.call("tests.e2e.test_scale:states", project=project) == {"pool": 6}
 
 
+def test_problem_8_bulk_assign_serves_the_items_to_that_annotator_first(
+    live_app: LiveServer, user_page: Any, browser: Any, artifacts_dir: Path
+) -> None:
+    seeded = live_app.call("tests.live_server:seed_labeling_project", name="e2e-assign", n_items=5, users=["as-ann"])
+    project = seeded["project"]
+    lead = user_page("assign-lead", roles=["lead"])
+    lead.goto(f"/p/{project}/items/")
+    lead.get_by_label("Select e2e-assign-3").check()
+    lead.select_option("#bulk-actions select[name=action]", "assign")
+    lead.select_option("#bulk-actions select[name=assignee]", label="as-ann")
+    lead.get_by_role("button", name="Continue…").click()
+    assert "assign 1 item to as-ann" in lead.locator("#bulk-summary").inner_text()
+    lead.get_by_role("button", name="Confirm: assign 1 item").click()
+    lead.get_by_text("Done: assigned 1 item to as-ann.").wait_for()
+    annotator = user_page("as-ann")
+    annotator.goto(f"/p/{project}/annotate/")
+    assert "Item 3 of e2e-assign" in annotator.locator(".item-text").inner_text()  # before items 0–2
+    annotator.keyboard.press("1")
+    annotator.get_by_text("Saved “positive”").wait_for()
+    assert "Item 0 of e2e-assign" in annotator.locator(".item-text").inner_text()  # then the queue
+    lead.goto(f"/p/{project}/items/{seeded['items'][3]}/")
+    assert "assign-lead assigned it to as-ann" in lead.locator("#history").inner_text()
+
+    context = browser.new_context(base_url=live_app.url, viewport=PHONE, is_mobile=True, has_touch=True)
+    phone = log_in(context, "assign-lead")
+    phone.goto(f"/p/{project}/items/")
+    no_sideways_scroll(phone)
+    phone.screenshot(path=str(artifacts_dir / "items-phone.png"), full_page=True)
+    context.close()
+
+
 def test_problem_8_lead_reviews_by_keyboard_and_decide_moves_the_focus_to_the_next_row(
     live_app: LiveServer, user_page: Any, artifacts_dir: Path
 ) -> None:
