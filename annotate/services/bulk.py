@@ -130,10 +130,16 @@ def _lock(action_id: int, project: Project, status: str) -> BulkAction:
 
 
 def _leases_of(item: Item) -> list[dict[str, Any]]:
+    """The item's leases, as an assignment's undo puts them back."""
+    leases = Lease.objects.filter(item=item).order_by("id")
     return [
-        {"annotator": le.annotator_id, "created_at": le.created_at.isoformat(), "expires_at": le.expires_at.isoformat()}
-        | {"assigned": le.assigned}
-        for le in Lease.objects.filter(item=item).order_by("id")
+        {
+            "annotator": lease.annotator_id,
+            "created_at": lease.created_at.isoformat(),
+            "expires_at": lease.expires_at.isoformat(),
+            "assigned": lease.assigned,
+        }
+        for lease in leases
     ]
 
 
@@ -171,10 +177,11 @@ def bulk_apply(*, project: Project, action_id: int, actor: Any) -> BulkAction:
         raise BulkRefused("this action was drafted by someone else")
     items = list(Item.objects.select_for_update().filter(pk__in=action.item_ids).order_by("id"))
     applies, changed = _sort_out(action, items)
+    still = set(applies)
     now = timezone.now()
     events = []
     for item in items:
-        if item.pk in applies:
+        if item.pk in still:
             try:
                 events.append(_apply_one(action, item, now).pk)
             except ReviewError:
