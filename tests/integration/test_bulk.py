@@ -150,3 +150,18 @@ def test_problem_8_an_ml_user_may_relabel_and_a_lead_may_not_decide_own_items(
     )
     bulk_apply(project=project, action_id=by_ml.pk, actor=ml)
     assert Item.objects.filter(project=project, final_label__name="science").count() == 3
+
+
+def test_problem_8_saved_filters_are_per_user_and_replace_by_name(project: Project, people: dict[str, Any]) -> None:
+    from annotate.selectors.items import saved_filters
+    from annotate.services.saved_filters import saved_filter_delete, saved_filter_save
+
+    lena, leo = people["lena"], people["leo"]
+    saved_filter_save(project=project, user=lena, name="unsure", query="?sort=confidence&page=3&state=open")
+    saved_filter_save(project=project, user=lena, name="unsure", query="sort=uncertainty")
+    theirs = saved_filter_save(project=project, user=leo, name="unsure", query="sort=recent")
+    assert [(f.name, f.query) for f in saved_filters(project=project, user=lena)] == [("unsure", "sort=uncertainty")]
+    saved_filter_delete(project=project, user=lena, filter_id=theirs.pk)  # not hers: nothing happens
+    assert saved_filters(project=project, user=leo).get().query == "sort=recent"
+    first = saved_filter_save(project=project, user=leo, name="paged", query="?sort=confidence&page=3&state=open")
+    assert first.query == "sort=confidence&state=open"  # the page is not part of a filter
