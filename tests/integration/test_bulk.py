@@ -165,3 +165,20 @@ def test_problem_8_saved_filters_are_per_user_and_replace_by_name(project: Proje
     assert saved_filters(project=project, user=leo).get().query == "sort=recent"
     first = saved_filter_save(project=project, user=leo, name="paged", query="?sort=confidence&page=3&state=open")
     assert first.query == "sort=confidence&state=open"  # the page is not part of a filter
+
+
+def test_problem_8_browser_sorts_by_disagreement_and_by_date(project: Project, people: dict[str, Any]) -> None:
+    from annotate.selectors.items import ordered_ids
+
+    alice, bob = people["alice"], people["bob"]
+    split = next_item_for(project=project, annotator=alice)  # the two-annotator item
+    assert split is not None and next_item_for(project=project, annotator=bob) == split
+    label_submit(item=split, annotator=alice, label=label(project, "sports"))
+    label_submit(item=split, annotator=bob, label=label(project, "politics"))
+    one = next_item_for(project=project, annotator=alice)
+    assert one is not None
+    label_submit(item=one, annotator=alice, label=label(project, "science"))
+    untouched = Item.objects.filter(project=project).exclude(pk__in=[split.pk, one.pk]).get()
+    assert list(ordered_ids(project=project, filters={"sort": "disagreement"})) == [split.pk, one.pk, untouched.pk]
+    assert list(ordered_ids(project=project, filters={"sort": "recent"})) == [one.pk, split.pk, untouched.pk]
+    assert list(ordered_ids(project=project, filters={})) == sorted([split.pk, one.pk, untouched.pk])
