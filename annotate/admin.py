@@ -57,7 +57,7 @@ class BatchItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(models.Lease)
 class LeaseAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("item", "annotator", "created_at", "expires_at")
+    list_display = ("item", "annotator", "created_at", "expires_at", "assigned")
     search_fields = ("item__external_id", "annotator__username")
     raw_id_fields = ("item",)
 
@@ -195,3 +195,18 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("reason", "resolved")
     search_fields = ("item__external_id", "detail")
     raw_id_fields = ("item", "run")
+
+
+@admin.register(models.SavedFilter)
+class SavedFilterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "project", "user", "query", "created_at")
+    search_fields = ("name", "user__username", "project__name")
+
+
+@admin.register(models.BulkAction)
+class BulkActionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Item-browser bulk actions: read here; apply and undo from the item browser."""
+
+    list_display = ("project", "kind", "status", "actor", "created_at", "applied_at", "undone_at")
+    list_filter = ("kind", "status")
+    raw_id_fields = ("label",)

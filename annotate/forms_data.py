@@ -8,8 +8,9 @@ from typing import Any, cast
 from django import forms
 from django.contrib.auth import get_user_model
 
-from annotate.models import BatchItem, Item, Project, ProjectMembership
+from annotate.models import BatchItem, BulkAction, Item, Project, ProjectMembership
 from annotate.roles import ALL_ROLES, ML
+from annotate.selectors.items import SORTS
 from annotate.services.exports_dataset import DATASET_COLUMNS, DEFAULT_COLUMNS, DatasetFilter
 
 SOURCE_CHOICES = [(s.value, s.label) for s in BatchItem.Source]
@@ -107,6 +108,7 @@ class ItemFilterForm(forms.Form):
     confidence = forms.ChoiceField(label="Model confidence", required=False, choices=CONFIDENCE)
     state = forms.ChoiceField(label="Review state", required=False, choices=REVIEW_STATES)
     round = forms.IntegerField(label="Round", required=False, min_value=1)
+    sort = forms.ChoiceField(label="Sort by", required=False, choices=list(SORTS.items()))
     page = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
@@ -121,6 +123,51 @@ class ItemFilterForm(forms.Form):
             .values_list("pk", "username")
         )
         cast(forms.ChoiceField, self.fields["annotator"]).choices = [("", "anyone"), *((str(p), u) for p, u in users)]
+
+
+class _IdsField(forms.TypedMultipleChoiceField):
+    """Item ids ticked in the browser: any integers here; the service keeps those of the project."""
+
+    def valid_value(self, value: Any) -> bool:
+        return str(value).isdigit()
+
+
+class BulkForm(forms.Form):
+    """The browser's bulk action: the ticked rows (``items``) or every item matching the browser's
+    query (``all_matching`` with ``query``, the browser's query string)."""
+
+    action = forms.ChoiceField(label="Action", choices=BulkAction.Kind.choices)
+    items = _IdsField(coerce=int, required=False)
+    all_matching = forms.BooleanField(required=False)
+    query = forms.CharField(required=False, max_length=2000)
+    label = forms.ChoiceField(label="Relabel to", required=False)
+    assignee = forms.ChoiceField(label="Assign to", required=False)
+    note = forms.CharField(label="Note / reason", required=False, max_length=500)
+
+    def __init__(self, *args: Any, project: Project, annotators: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.labels = {str(lab.pk): lab for lab in project.labels.order_by("order", "id")}
+        self.users = {str(u.pk): u for u in annotators}
+        cast(forms.ChoiceField, self.fields["label"]).choices = [("", "choose…"), *_label_choices(project)]
+        cast(forms.ChoiceField, self.fields["assignee"]).choices = [
+            ("", "choose…"),
+            *((pk, u.username) for pk, u in self.users.items()),
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("items") and not data.get("all_matching"):
+            raise forms.ValidationError("tick some items, or “select all matching”")
+        if data.get("action") == BulkAction.Kind.RELABEL and not data.get("label"):
+            self.add_error("label", "choose the label to relabel to")
+        if data.get("action") == BulkAction.Kind.ASSIGN and not data.get("assignee"):
+            self.add_error("assignee", "choose whom to assign to")
+        return data
+
+
+class SavedFilterForm(forms.Form):
+    name = forms.CharField(label="Save this filter as", max_length=100)
+    query = forms.CharField(required=False, max_length=2000)
 
 
 class SendToReviewForm(forms.Form):
@@ -168,11 +215,13 @@ class MemberForm(forms.Form):
 
 
 __all__ = [
+    "BulkForm",
     "ExportForm",
     "Item",
     "ItemFilterForm",
     "MemberForm",
     "ProjectMembership",
+    "SavedFilterForm",
     "SendToReviewForm",
     "UserCreateForm",
     "UserRolesForm",

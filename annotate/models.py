@@ -304,6 +304,10 @@ class Lease(models.Model):
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="leases", on_delete=models.CASCADE)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(db_index=True)
+    # A lead assigned the item to this annotator (item browser, bulk "assign"): it is served to them
+    # before their queue and kept for them; it does not run out (expires_at far ahead) and taking
+    # another item does not let go of it. Their label or skip ends it, like any lease.
+    assigned = models.BooleanField(default=False, db_default=False)  # db_default: raw INSERTs may omit it
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="lease_unique")]
@@ -361,7 +365,9 @@ class ItemEvent(models.Model):
         SKIP = "skip"  # note: the reason
         DECISION = "decision"  # a lead's final label (label None: unlabelable), note: the lead's note
         RETURN = "return"  # a lead sent the item back to the pool
-        UNDO = "undo"  # undoes: the decision, return or skip taken back
+        REVIEW = "review"  # a lead sent the item to the review bucket (note: the reason)
+        ASSIGN = "assign"  # a lead assigned the item to an annotator (note: to whom; before: its leases)
+        UNDO = "undo"  # undoes: the decision, return, review, assignment or skip taken back
 
     item = models.ForeignKey(Item, related_name="events", on_delete=models.CASCADE)
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -379,6 +385,55 @@ class ItemEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_id}: {self.kind} by {self.actor_id} at {self.at}"
+
+
+class SavedFilter(models.Model):
+    """A user's named item-browser query in one project (the browser's query string, as is)."""
+
+    project = models.ForeignKey(Project, related_name="saved_filters", on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="saved_filters", on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    query = models.CharField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["project", "user", "name"], name="saved_filter_unique")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BulkAction(models.Model):
+    """An item-browser action on many items (annotate/services/bulk.py): drafted with the items it
+    applies to (the confirmation shows their count), applied (one history event per item, listed in
+    ``event_ids``), perhaps undone (every item as it was before). Status moves forward only."""
+
+    class Kind(models.TextChoices):
+        REVIEW = "review", "send to review"
+        ASSIGN = "assign", "assign"
+        RELABEL = "relabel", "relabel"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        APPLIED = "applied"
+        UNDONE = "undone"
+
+    project = models.ForeignKey(Project, related_name="bulk_actions", on_delete=models.CASCADE)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="+", on_delete=models.PROTECT)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.DRAFT)
+    label = models.ForeignKey(Label, null=True, blank=True, related_name="+", on_delete=models.PROTECT)  # relabel
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.PROTECT
+    )  # assign
+    note = models.CharField(max_length=500, blank=True)
+    item_ids = models.JSONField(default=list)  # the items it applies to
+    left_out = models.JSONField(default=dict, blank=True)  # {why: count} of selected items it leaves alone
+    event_ids = models.JSONField(default=list, blank=True)  # applied: the history event per item
+    created_at = models.DateTimeField(auto_now_add=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    undone_at = models.DateTimeField(null=True, blank=True)
 
 
 class AdapterVersion(models.Model):
@@ -716,6 +771,7 @@ __all__ = [
     "AutolabelShard",
     "BatchApiAnswer",
     "BatchItem",
+    "BulkAction",
     "Calibration",
     "DeadLetter",
     "GoldItem",
@@ -728,6 +784,7 @@ __all__ = [
     "Project",
     "ProjectMembership",
     "Round",
+    "SavedFilter",
     "ScoreShard",
     "Skip",
     "StopSetItem",

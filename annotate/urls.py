@@ -24,10 +24,19 @@ urlpatterns = [
     path("p/<int:project_id>/lead/agreement/", lead.lead_agreement, name="lead_agreement"),
     path("p/<int:project_id>/lead/items/<int:item_id>/adjudicate/", lead.lead_adjudicate, name="lead_adjudicate"),
     path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
+    path("p/<int:project_id>/lead/items/<int:item_id>/review/", lead.lead_send_to_review, name="lead_send_to_review"),
     path("p/<int:project_id>/lead/events/<int:event_id>/undo/", lead.lead_undo, name="lead_undo"),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
     # Item browser (leads, ml)
     path("p/<int:project_id>/items/", items.item_browser, name="item_browser"),
+    path("p/<int:project_id>/items/bulk/", items.item_bulk, name="item_bulk"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/", items.item_bulk_confirm, name="item_bulk_confirm"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/apply/", items.item_bulk_apply, name="item_bulk_apply"),
+    path("p/<int:project_id>/items/bulk/<int:action_id>/undo/", items.item_bulk_undo, name="item_bulk_undo"),
+    path("p/<int:project_id>/items/filters/", items.item_filter_save, name="item_filter_save"),
+    path(
+        "p/<int:project_id>/items/filters/<int:filter_id>/delete/", items.item_filter_delete, name="item_filter_delete"
+    ),
     path("p/<int:project_id>/items/<int:item_id>/", items.item_detail, name="item_detail"),
     path("p/<int:project_id>/items/<int:item_id>/relabel/", items.item_relabel, name="item_relabel"),
     path("p/<int:project_id>/items/<int:item_id>/review/", items.item_to_review, name="item_to_review"),

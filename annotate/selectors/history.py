@@ -11,7 +11,7 @@ from annotate.models import ItemEvent, Project
 
 K = ItemEvent.Kind
 ANNOTATOR_ACTIONS = (K.LABEL, K.REVISION, K.SKIP)
-LEAD_DECISIONS = (K.DECISION, K.RETURN)
+LEAD_DECISIONS = (K.DECISION, K.RETURN, K.REVIEW)  # what a lead's undo takes back (decision_undo)
 
 
 def later_events(*, event: ItemEvent) -> QuerySet[ItemEvent]:
@@ -80,6 +80,10 @@ def event_sentence(event: ItemEvent) -> str:
         return f"{who} decided {label}" + (f" — {event.note}" if event.note else "")
     if event.kind == K.RETURN:
         return f"{who} returned it to the pool"
+    if event.kind == K.REVIEW:
+        return f"{who} sent it to review" + (f": “{event.note}”" if event.note else "")
+    if event.kind == K.ASSIGN:
+        return f"{who} {event.note}"
     undone = event.undoes.get_kind_display().lower() if event.undoes else "an event"
     return f"{who} undid the {undone} of {event.undoes.at:%Y-%m-%d %H:%M}" if event.undoes else f"{who} undid {undone}"
 

@@ -5,9 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.template.defaultfilters import pluralize
 
-from annotate.models import Annotation, BatchItem, Item, ItemEvent, Prediction, Project, Skip
+from annotate.models import (
+    Annotation,
+    BatchItem,
+    BulkAction,
+    Item,
+    ItemEvent,
+    Prediction,
+    Project,
+    SavedFilter,
+    Skip,
+)
 from annotate.selectors.history import event_sentence, events_of, undoable_decision
 from annotate.selectors.review import disagreements
 
@@ -71,40 +82,143 @@ def browse_items(*, project: Project, filters: dict[str, Any]) -> QuerySet[Item]
     return items.distinct().order_by("id")
 
 
+# The browser's sort orders (forms_data.ItemFilterForm.sort): key → its name in the form.
+SORTS = {
+    "": "import order",
+    "confidence": "model confidence, lowest first",
+    "-confidence": "model confidence, highest first",
+    "uncertainty": "model uncertainty, highest first",
+    "recent": "date of the last label or decision, newest first",
+    "disagreement": "disagreement, most first",
+}
+
+
+@dataclass(frozen=True)
+class ModelView:
+    confidence: float  # top probability of the newest prediction
+    uncertainty: float  # as the round stored it; else 1 − margin between the top two probabilities
+
+
+def _newest_predictions(item_ids: Any) -> dict[int, ModelView]:
+    """item id → its newest prediction's confidence and uncertainty."""
+    views: dict[int, ModelView] = {}
+    rows = Prediction.objects.filter(item__in=item_ids).order_by("item_id", "created_at", "id")
+    for item_id, probs, uncertainty in rows.values_list("item_id", "probs", "uncertainty").iterator(chunk_size=5000):
+        if isinstance(probs, list) and probs:
+            top = sorted((float(p) for p in probs), reverse=True)
+            margin = top[0] - (top[1] if len(top) > 1 else 0.0)
+            views[item_id] = ModelView(top[0], float(uncertainty) if uncertainty is not None else 1.0 - margin)
+    return views  # later rows overwrote earlier ones: the newest wins
+
+
+def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int] | QuerySet[Item, int]:
+    """The ids of the matching items in the browser's sort order (ties, and items the key does not
+    reach, such as items without a prediction, last and by id): a list where Python sorts them (the
+    model's numbers live in JSON), else a query the page slices."""
+    items = browse_items(project=project, filters=filters)
+    sort = filters.get("sort") or ""
+    if sort in ("confidence", "-confidence", "uncertainty"):
+        ids = list(items.values_list("id", flat=True))
+        model = _newest_predictions(items.values("id"))
+        sign = -1.0 if sort == "-confidence" else 1.0
+
+        def key(item_id: int) -> tuple[bool, float, int]:
+            view = model.get(item_id)
+            if view is None:
+                return (True, 0.0, item_id)
+            return (False, -view.uncertainty if sort == "uncertainty" else sign * view.confidence, item_id)
+
+        return sorted(ids, key=key)
+    ranked = Item.objects.filter(pk__in=items.values("id"))
+    if sort == "recent":
+        last = ItemEvent.objects.filter(item=OuterRef("pk")).order_by("-at").values("at")[:1]
+        ranked = ranked.annotate(last_at=Subquery(last)).order_by(F("last_at").desc(nulls_last=True), "id")
+    elif sort == "disagreement":
+        by_item = Annotation.objects.filter(item=OuterRef("pk")).values("item")
+        labels = by_item.annotate(n=Count("label", distinct=True)).values("n")
+        given = by_item.annotate(n=Count("id")).values("n")
+        ranked = ranked.annotate(n_labels=Subquery(labels), n_given=Subquery(given)).order_by(
+            F("n_labels").desc(nulls_last=True), F("n_given").desc(nulls_last=True), "id"
+        )
+    else:
+        ranked = ranked.order_by("id")
+    return ranked.values_list("id", flat=True)
+
+
 @dataclass(frozen=True)
 class ItemRow:
     item: Item
     labels: str  # "alice: sports, bob: politics"
-    confidence: float | None
+    model: ModelView | None
 
 
 def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tuple[list[ItemRow], int]:
-    """One page of rows and the total count."""
-    items = browse_items(project=project, filters=filters)
-    total = items.count()
+    """One page of rows, in the browser's sort order, and the total count."""
+    ids = ordered_ids(project=project, filters=filters)
+    total = len(ids) if isinstance(ids, list) else ids.count()
     start = (max(page, 1) - 1) * PAGE_SIZE
-    chunk = list(
-        items.select_related("final_label").prefetch_related(
+    page_ids = list(ids[start : start + PAGE_SIZE])
+    found = (
+        Item.objects.filter(pk__in=page_ids)
+        .select_related("final_label")
+        .prefetch_related(
             Prefetch("annotations", queryset=Annotation.objects.select_related("annotator", "label").order_by("id"))
-        )[start : start + PAGE_SIZE]
+        )
     )
-    top: dict[int, float] = {}
-    for item_id, probs in (
-        Prediction.objects.filter(item__in=chunk)
-        .order_by("item_id", "created_at", "id")
-        .values_list("item_id", "probs")
-    ):
-        if isinstance(probs, list) and probs:
-            top[item_id] = float(max(probs))
+    by_id = {item.pk: item for item in found}
+    model = _newest_predictions(page_ids)
     rows = [
         ItemRow(
-            item,
-            ", ".join(f"{a.annotator.username}: {a.label.name}" for a in item.annotations.all()),
-            top.get(item.id),
+            by_id[i],
+            ", ".join(f"{a.annotator.username}: {a.label.name}" for a in by_id[i].annotations.all()),
+            model.get(i),
         )
-        for item in chunk
+        for i in page_ids
+        if i in by_id
     ]
     return rows, total
+
+
+def last_bulk_action(*, project: Project, user: Any) -> BulkAction | None:
+    """The user's newest applied or undone bulk action in the project, for the browser's Undo."""
+    return (
+        BulkAction.objects.filter(project=project, actor=user, status__in=["applied", "undone"])
+        .select_related("label", "assignee")
+        .order_by("-applied_at", "-id")
+        .first()
+    )
+
+
+def bulk_sentence(action: BulkAction) -> str:
+    """“relabelled 37 items to sports (3 left alone: have this label already)”."""
+    n = len(action.item_ids)
+    what = {
+        "review": f"sent {n} item{pluralize(n)} to review",
+        "assign": f"assigned {n} item{pluralize(n)} to {action.assignee.username if action.assignee else '?'}",
+        "relabel": f"relabelled {n} item{pluralize(n)} to {action.label.name if action.label else '?'}",
+    }[action.kind]
+    if action.left_out:
+        what += " (" + "; ".join(f"{k} left alone: {why}" for why, k in action.left_out.items()) + ")"
+    return what
+
+
+def saved_filters(*, project: Project, user: Any) -> QuerySet[SavedFilter]:
+    return SavedFilter.objects.filter(project=project, user=user)
+
+
+def project_annotators(*, project: Project) -> list[Any]:
+    """Users who may be assigned items: the project's annotators and leads (members where it has
+    members, else everyone with the role)."""
+    from django.contrib.auth import get_user_model
+
+    from annotate.roles import ANNOTATOR, LEAD
+
+    users = get_user_model().objects.filter(is_active=True)
+    if project.memberships.exists():
+        users = users.filter(memberships__project=project, memberships__role__in=[ANNOTATOR, LEAD])
+    else:
+        users = users.filter(groups__name__in=[ANNOTATOR, LEAD])
+    return list(users.distinct().order_by("username"))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import string
 import threading
 import time
 from dataclasses import dataclass
@@ -15,13 +14,15 @@ import nh3
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, connections
+from django.db.models import Count
 
 from annotate.models import Annotation, BatchItem, Item, Label, Prediction, Project, Round
 from annotate.selectors.progress import BatchStatus, batch_status, labeling_round
 
-# Keys the annotate page reserves for actions: s skip, u undo, h guidelines (and ? help).
-RESERVED_KEYS = frozenset("suh")
-SHORTCUT_KEYS = tuple("123456789") + tuple(c for c in string.ascii_lowercase if c not in RESERVED_KEYS)
+# Label keys: 1–9. A project with more labels shows its nine most used as keyed buttons and finds the
+# others by typing (the label search, `/`): a wall of 200 buttons is neither scannable nor phone-sized.
+SHORTCUT_KEYS = tuple("123456789")
+_USAGE_TTL = 30  # seconds: the most-used buttons may lag this much; they should not reshuffle per item
 _PROJECT_COUNTS_TTL = 10  # seconds: team bars may lag this much; recounting a large batch costs ~40 ms
 _REFRESHING: set[str] = set()  # cache keys a background recount is running for (this process)
 _REFRESHING_LOCK = threading.Lock()
@@ -52,12 +53,15 @@ class Progress:
 @dataclass(frozen=True)
 class LabelButton:
     label: Label
-    key: str | None  # None past the 32nd label: click only
+    key: str | None  # 1–9
 
 
-def shortcut_keys(n: int) -> list[str | None]:
-    """Keys for n label buttons: 1–9, then letters a… without s, u, h."""
-    return [SHORTCUT_KEYS[i] if i < len(SHORTCUT_KEYS) else None for i in range(n)]
+@dataclass(frozen=True)
+class LabelChoice:
+    """The annotate page's labels: keyed buttons, and (more than nine labels) the rest for the search."""
+
+    buttons: list[LabelButton]
+    more: list[Label]
 
 
 @lru_cache(maxsize=256)
@@ -71,9 +75,31 @@ def project_labels(*, project: Project) -> tuple[Label, ...]:
     return _labels(project.pk, project.updated_at)
 
 
-def label_buttons(*, project: Project) -> list[LabelButton]:
+def label_usage(*, project: Project) -> dict[int, int]:
+    """label id → this project's labels (annotations) with it so far; cached a few seconds."""
+    key = f"label-usage:{project.pk}"
+    usage: dict[int, int] | None = cache.get(key)
+    if usage is None:
+        rows = Annotation.objects.filter(item__project=project).values("label_id").annotate(n=Count("id"))
+        usage = {row["label_id"]: row["n"] for row in rows}
+        cache.set(key, usage, _USAGE_TTL)
+    return usage
+
+
+def label_choice(*, project: Project) -> LabelChoice:
+    """Up to nine labels: all of them as buttons with keys 1–9, in label order. More: the nine most
+    used in this project (ties by label order) as keyed buttons, in label order so that a label's
+    button does not jump around as counts change; the others, in label order, for the label search."""
     labels = project_labels(project=project)
-    return [LabelButton(label, key) for label, key in zip(labels, shortcut_keys(len(labels)), strict=True)]
+    if len(labels) > len(SHORTCUT_KEYS):
+        usage = label_usage(project=project)
+        ranked = sorted(range(len(labels)), key=lambda i: (-usage.get(labels[i].pk, 0), i))
+        top = set(ranked[: len(SHORTCUT_KEYS)])
+        shown = [label for i, label in enumerate(labels) if i in top]
+        more = [label for i, label in enumerate(labels) if i not in top]
+    else:
+        shown, more = list(labels), []
+    return LabelChoice([LabelButton(label, key) for label, key in zip(shown, SHORTCUT_KEYS, strict=False)], more)
 
 
 _TABLES = {m.__name__.lower(): m._meta.db_table for m in (Annotation, BatchItem, Item, Round)}

@@ -72,7 +72,8 @@ def decision_snapshot(item: Item) -> dict[str, Any]:
     }
 
 
-def _refuse_unless_undoable(event: ItemEvent) -> None:
+def refuse_unless_undoable(event: ItemEvent) -> None:
+    """Raise `UndoRefused` when `event` was undone already or something happened to its item since."""
     if ItemEvent.objects.filter(undoes=event).exists():
         raise UndoRefused("this was undone already")
     since = later_events(event=event).first()
@@ -83,7 +84,8 @@ def _refuse_unless_undoable(event: ItemEvent) -> None:
         )
 
 
-def _restore(item: Item, before: dict[str, Any]) -> None:
+def decision_restore(item: Item, before: dict[str, Any]) -> None:
+    """Put back what a lead's decision or return replaced (its event's ``before``)."""
     finalized = before["finalized_at"]
     item.final_label_id = before["final_label"]
     item.state = before["state"]
@@ -103,17 +105,17 @@ def _restore(item: Item, before: dict[str, Any]) -> None:
 
 @transaction.atomic
 def decision_undo(*, project: Project, event_id: int, lead: Any) -> ItemEvent:
-    """Take back a lead's decision or return to the pool: the item's final label, state, adjudication
+    """Take back a lead's decision, return to the pool or sending to review: the item's final label, state, adjudication
     (with its note) and the skips it resolved are as they were before it. Raises `UndoRefused` when
     it no longer applies (undone already, or the item was labelled, revised or decided since)."""
     event = ItemEvent.objects.filter(pk=event_id, item__project=project).first()
-    if event is None or event.kind not in (K.DECISION, K.RETURN):
+    if event is None or event.kind not in (K.DECISION, K.RETURN, K.REVIEW):
         raise UndoRefused("no such lead decision in this project")
     item = Item.objects.select_for_update().get(pk=event.item_id)
-    _refuse_unless_undoable(event)
+    refuse_unless_undoable(event)
     if not event.before:
         raise UndoRefused("this decision was recorded before history was kept: decide the item again instead")
-    _restore(item, event.before)
+    decision_restore(item, event.before)
     undo = event_record(item_id=item.pk, kind=K.UNDO, actor=lead, undoes=event, note=f"undid {event.kind}")
     _after_decision(item.pk)
     return undo
@@ -145,12 +147,12 @@ def skip_undo(*, project: Project, annotator: Any, is_test: bool | None = None) 
     skip = Skip.objects.filter(item=item, annotator=annotator).first()
     if skip is None or skip.resolved or item.final_label_id is not None or item.state != Item.State.POOL:
         raise UndoRefused("a lead has already decided this item, so the skip cannot be taken back")
-    _refuse_unless_undoable(event)
+    refuse_unless_undoable(event)
     now = timezone.now()
     if not _has_room_for(item, annotator, now):
         raise UndoRefused("another annotator took this item meanwhile, so the skip cannot be taken back")
     skip.delete()  # the skip is kept in the history; the row is the leads' queue
-    Lease.objects.filter(annotator=annotator, item__project=project).exclude(item=item).delete()
+    Lease.objects.filter(annotator=annotator, item__project=project, assigned=False).exclude(item=item).delete()
     Lease.objects.update_or_create(
         item=item,
         annotator=annotator,
@@ -160,4 +162,12 @@ def skip_undo(*, project: Project, annotator: Any, is_test: bool | None = None) 
     return item
 
 
-__all__ = ["UndoRefused", "decision_snapshot", "decision_undo", "event_record", "skip_undo"]
+__all__ = [
+    "UndoRefused",
+    "decision_restore",
+    "decision_snapshot",
+    "decision_undo",
+    "event_record",
+    "refuse_unless_undoable",
+    "skip_undo",
+]

@@ -97,7 +97,7 @@ _QUEUE_ROWS = {
 }
 _QUEUE_ORDER = "sort1, sort2"
 _MY_LEASES = f"SELECT l.item_id, l.created_at AS sort1, 0 AS sort2 FROM {_TABLES['lease']} l "
-_MY_LEASES += "WHERE l.annotator_id = %(user)s AND l.expires_at > %(now)s"
+_MY_LEASES += "WHERE l.annotator_id = %(user)s AND l.expires_at > %(now)s AND NOT l.assigned"  # assigned: _ASSIGNED_SQL
 _NEWEST_FIRST = "sort1 DESC"
 # The walk runs in the rows' order and stops at the first item that passes, whatever the planner
 # knows of the tables (a fresh import has no statistics yet): on PostgreSQL the item check is a
@@ -124,14 +124,14 @@ def _walk(*, rows: str, order: str, columns: str, check: str, lock: bool = False
 # other leases in the project only when this one is written. Answers the item row.
 _TAKE_SQL = """WITH room AS (SELECT 1 FROM {item} i WHERE i.id = %(item)s AND {taken} < i.required_labels),
 taken AS (
-  INSERT INTO {lease} (item_id, annotator_id, created_at, expires_at)
-  SELECT %(item)s, %(user)s, %(now)s, %(expires)s FROM room
+  INSERT INTO {lease} (item_id, annotator_id, created_at, expires_at, assigned)
+  SELECT %(item)s, %(user)s, %(now)s, %(expires)s, FALSE FROM room
   ON CONFLICT (item_id, annotator_id) DO UPDATE SET created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
   RETURNING item_id),
 released AS (
   DELETE FROM {lease} l USING {item} o
   WHERE l.item_id = o.id AND o.project_id = %(project)s AND l.annotator_id = %(user)s
-    AND l.item_id <> %(item)s AND EXISTS (SELECT 1 FROM taken))
+    AND l.item_id <> %(item)s AND NOT l.assigned AND EXISTS (SELECT 1 FROM taken))
 SELECT i.* FROM {item} i JOIN taken ON taken.item_id = i.id""".format(**_TABLES, taken=_TAKEN_SQL)
 
 
@@ -187,7 +187,7 @@ def _take(*, item_id: int, project: Project, annotator: Any, params: dict[str, A
         )
     if not _room_left(item_id=item_id, annotator=annotator, now=now):
         return None
-    Lease.objects.filter(annotator=annotator, item__project=project).delete()
+    Lease.objects.filter(annotator=annotator, item__project=project, assigned=False).delete()
     Lease.objects.create(item_id=item_id, annotator=annotator, created_at=now, expires_at=expires)
     return Item.objects.get(pk=item_id)
 
@@ -217,11 +217,21 @@ def _held_item(*, params: dict[str, Any], queue: Queue) -> Item | None:
     return _one_item(_walk(rows=_MY_LEASES, order=_NEWEST_FIRST, columns="i.*", check=check), params)
 
 
+# Items a lead assigned to the annotator (annotate/services/bulk.py), still open to them in the
+# queue (test items in the test queue), oldest assignment first; in or out of a labelling batch.
+_ASSIGNED_SQL = """SELECT i.* FROM {lease} l JOIN {item} i ON i.id = l.item_id
+WHERE l.annotator_id = %(user)s AND l.assigned AND i.project_id = %(project)s AND {open_to_me}
+ORDER BY l.created_at, l.item_id LIMIT 1""".format(**_TABLES, open_to_me=_OPEN_TO_ME_SQL)
+
+
 def _claim(*, project: Project, annotator: Any, queue: Queue, now: datetime, may_hold: bool = True) -> Item | None:
     """The item the annotator holds (unless `may_hold` is False: they hold no lease in the project),
-    else the first open one with room, leased to them. The caller holds the annotator's row lock."""
+    else the first item a lead assigned to them, else the first open one with room, leased to them.
+    The caller holds the annotator's row lock."""
     params = _params(project=project, annotator=annotator, queue=queue, now=now, nth=0)
     held = _held_item(params=params, queue=queue) if may_hold else None
+    if held is None:
+        held = _one_item(_ASSIGNED_SQL, params)
     if held is not None:
         return held
     tried: list[int] = []

@@ -68,16 +68,19 @@ def item_return_to_pool(*, item: Item, lead: Any) -> Item:
 
 @transaction.atomic
 def item_send_to_review(*, item: Item, lead: Any, reason: str = "") -> Item:
-    """A lead takes an item out of the annotators' queues into the review bucket (item browser). An
-    item with a final label keeps it: relabel it instead."""
+    """A lead takes an item out of the annotators' queues into the review bucket (item browser, lead
+    queues), recorded in its history with the state it replaced (so it can be undone). An item with a
+    final label keeps it: relabel it instead."""
     item = Item.objects.select_for_update().get(pk=item.pk)
     if item.final_label_id is not None:
         raise ReviewError("this item already has a final label; relabel it instead of sending it to review")
     if item.state == Item.State.UNLABELABLE:
         raise ReviewError("this item is marked unlabelable; return it to the pool first")
+    before = decision_snapshot(item)
     item.state = Item.State.REVIEW
     item.review_reason = (reason.strip() or f"sent to review by {lead.username}")[:200]
     item.save(update_fields=["state", "review_reason"])
+    event_record(item_id=item.pk, kind=ItemEvent.Kind.REVIEW, actor=lead, note=reason.strip(), before=before)
     return item
 
 

@@ -21,7 +21,7 @@ from annotate.selectors.history import last_action_is_skip
 from annotate.selectors.labeling import (
     empty_queue_reason,
     guidelines_html,
-    label_buttons,
+    label_choice,
     progress_for,
     project_labels,
     suggestion_for,
@@ -73,7 +73,7 @@ def _panel(
         "saved": saved,
         "unskipped": unskipped,
         "error": error,
-        "buttons": label_buttons(project=project),
+        "choice": label_choice(project=project),
         "suggestion": suggestion_for(item=shown, project=project) if shown is not None else None,
         # An empty queue recounts the team now: "nothing to label" next to a lagging bar reads as lost work.
         "progress": progress_for(project=project, annotator=request.user, fresh=shown is None),

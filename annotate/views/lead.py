@@ -16,7 +16,7 @@ from annotate.selectors.history import undoable_decision
 from annotate.selectors.progress import current_batch
 from annotate.selectors.review import QUEUES, item_for_lead, queue_counts, queue_items
 from annotate.services.history import UndoRefused, decision_undo
-from annotate.services.review import ReviewError, adjudicate, item_return_to_pool
+from annotate.services.review import ReviewError, adjudicate, item_return_to_pool, item_send_to_review
 
 
 @role_required(LEAD)
@@ -101,6 +101,26 @@ def lead_return_to_pool(request: HttpRequest, project_id: int, item_id: int) -> 
         messages.error(request, error)
     else:
         messages.success(request, f"Item {item.external_id} is back in the pool.")
+    return redirect("lead_queue", project_id=project.pk, queue=_queue_of(request))
+
+
+@role_required(LEAD)
+@require_POST
+def lead_send_to_review(request: HttpRequest, project_id: int, item_id: int) -> HttpResponse:
+    """Move a queue's item to the review bucket (the queue row's `r`)."""
+    project = get_object_or_404(Project, pk=project_id)
+    item = get_object_or_404(Item, pk=item_id, project=project)
+    error = ""
+    try:
+        item_send_to_review(item=item, lead=request.user, reason=request.POST.get("reason", ""))
+    except ReviewError as exc:
+        error = str(exc)
+    if request.htmx:  # type: ignore[attr-defined]
+        return _item_row(request, project, item_id, _queue_of(request), error=error, reviewed=not error)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Item {item.external_id} is in the review bucket.")
     return redirect("lead_queue", project_id=project.pk, queue=_queue_of(request))
 
 

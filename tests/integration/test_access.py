@@ -25,6 +25,7 @@ from annotate.models import (
     Annotation,
     ApiToken,
     AutolabelRun,
+    BulkAction,
     Calibration,
     ImportJob,
     Item,
@@ -32,6 +33,7 @@ from annotate.models import (
     Lease,
     ProjectMembership,
     Round,
+    SavedFilter,
     Skip,
 )
 from annotate.roles import ALL_ROLES
@@ -41,7 +43,20 @@ from tests.integration.test_membership import fast_passwords, project_with_an_it
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 # Values for the URL parameters the routes take, besides the ids of the world below.
 SAMPLES = {"queue": "disagreements", "what": "labels", "fmt": "csv"}
-WRITTEN = (Annotation, Skip, Lease, Adjudication, Round, Calibration, AutolabelRun, ImportJob, ProjectMembership)
+WRITTEN = (
+    Annotation,
+    Skip,
+    Lease,
+    Adjudication,
+    Round,
+    Calibration,
+    AutolabelRun,
+    ImportJob,
+    ProjectMembership,
+    BulkAction,
+    SavedFilter,
+    ItemEvent,
+)
 
 
 class World:
@@ -70,6 +85,11 @@ class World:
             "event_id": ItemEvent.objects.create(
                 item=self.beta.items.get(), kind="return", actor=self.members["lead"], at=timezone.now()
             ).pk,
+            # The item browser's bulk action (drafted by beta's lead) and saved filter.
+            "action_id": BulkAction.objects.create(
+                project=self.beta, actor=self.members["lead"], kind="review", item_ids=[self.beta.items.get().pk]
+            ).pk,
+            "filter_id": SavedFilter.objects.create(project=self.beta, user=self.members["lead"], name="f").pk,
         }
 
     @staticmethod

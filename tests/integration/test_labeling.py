@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from annotate.models import Annotation, BatchItem, Item, Label, Lease, Prediction, Project, Round, Skip
-from annotate.selectors.labeling import guidelines_html, progress_for, shortcut_keys
+from annotate.selectors.labeling import guidelines_html, label_choice, progress_for
 from annotate.services.labeling import (
     AlreadyLabelled,
     NotLeased,
@@ -259,11 +259,34 @@ def test_progress_counts(project: Project, alice: User) -> None:
     assert (progress.mine, progress.mine_round) == (2, 1)
 
 
-def test_shortcut_keys_skip_the_action_letters() -> None:
-    keys = shortcut_keys(14)
-    assert keys[:10] == ["1", "2", "3", "4", "5", "6", "7", "8", "9", "a"]
-    assert "h" not in keys and "s" not in shortcut_keys(40) and "u" not in shortcut_keys(40)
-    assert shortcut_keys(40)[-1] is None  # 9 digits + 23 letters, then click only
+def test_problem_7_more_than_nine_labels_keys_the_nine_most_used(make_user: Callable[..., User]) -> None:
+    """Issue 32, problem 7: 1–9 go to the nine most-used labels (ties by label order), the rest are
+    searched; nine labels or fewer are all buttons."""
+    few = project_create(name="few labels", labels=[LabelInput(f"l{i}", f"c{i}") for i in range(9)])
+    assert [b.key for b in label_choice(project=few).buttons] == list("123456789")
+    assert label_choice(project=few).more == []
+    many = project_create(name="many labels", labels=[LabelInput(f"label {i}", f"c{i}") for i in range(30)])
+    labels = list(many.labels.order_by("order", "id"))
+    annotators = [make_user(f"u{i}") for i in range(3)]
+    for n, label in ((3, labels[20]), (2, labels[12])):
+        for annotator in annotators[:n]:
+            item = Item.objects.create(project=many, external_id=f"{label.pk}-{annotator.pk}", text="t", text_hash="h")
+            Annotation.objects.create(item=item, annotator=annotator, label=label)
+    choice = label_choice(project=many)
+    shown = [b.label.name for b in choice.buttons]
+    assert shown == [
+        "label 0",
+        "label 1",
+        "label 2",
+        "label 3",
+        "label 4",
+        "label 5",
+        "label 6",
+        "label 12",
+        "label 20",
+    ]
+    assert [b.key for b in choice.buttons] == list("123456789")
+    assert len(choice.more) == 21 and labels[7] in choice.more and labels[20] not in choice.more
 
 
 def test_guidelines_are_rendered_and_sanitised(project: Project) -> None:
@@ -377,15 +400,16 @@ def test_submit_and_next_is_one_idempotent_step(project: Project, alice: User) -
 
 
 def test_hot_request_stays_within_its_query_budget(project: Project, client_alice: Client, alice: User) -> None:
-    """Submitting a label and answering the next item's panel: 16 statements on PostgreSQL (session,
+    """Submitting a label and answering the next item's panel: 17 statements on PostgreSQL (session,
     user with roles, project membership, project, BEGIN, lock, state, insert, history event, release,
-    finalise, batch row done, find next, lease, COMMIT, own counts); SQLite runs the lease as four."""
+    finalise, batch row done, items a lead assigned to me (issue 32, problem 8), find next, lease,
+    COMMIT, own counts); SQLite runs the lease as four."""
     url = reverse("annotate_label", args=[project.pk])
     item = next_item_for(project=project, annotator=alice)
     assert item is not None
     client_alice.get(reverse("annotate", args=[project.pk]))  # team counts cached, as on a busy project
     positive = label(project, "positive")
-    ceiling = 16 if connection.vendor == "postgresql" else 19
+    ceiling = 17 if connection.vendor == "postgresql" else 20
     with CaptureQueriesContext(connection) as queries:
         response = client_alice.post(url, {"item": item.pk, "label": positive.pk}, headers={"HX-Request": "true"})
     assert response.status_code == 200 and 'name="item"' in response.content.decode()

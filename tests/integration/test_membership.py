@@ -16,6 +16,7 @@ from annotate import urls
 from annotate.models import (
     ApiToken,
     AutolabelRun,
+    BulkAction,
     Calibration,
     ImportJob,
     Item,
@@ -23,6 +24,7 @@ from annotate.models import (
     Project,
     ProjectMembership,
     Round,
+    SavedFilter,
 )
 from annotate.services.accounts import AccountError, membership_set, user_create
 from annotate.services.projects import LabelInput, project_create
@@ -73,6 +75,8 @@ def project_urls(project: Project, other_user: Any) -> list[str]:
         "user_id": other_user.pk,
         # a decision on this project's item (the lead undo route names it)
         "event_id": ItemEvent.objects.create(item=item, kind="return", actor=other_user, at=timezone.now()).pk,
+        "action_id": BulkAction.objects.create(project=project, actor=other_user, kind="review", item_ids=[item.pk]).pk,
+        "filter_id": SavedFilter.objects.create(project=project, user=other_user, name="f").pk,
         "queue": "disagreements",
         "what": "labels",
         "fmt": "csv",
