@@ -210,3 +210,12 @@ class BulkActionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("project", "kind", "status", "actor", "created_at", "applied_at", "undone_at")
     list_filter = ("kind", "status")
     raw_id_fields = ("label",)
+
+
+@admin.register(models.LabelSuspect)
+class LabelSuspectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Possible label errors: decided on the lead's Label errors page (it keeps the history)."""
+
+    list_display = ("item", "given", "suggested", "p_given", "p_suggested", "decision", "decided_by", "created_at")
+    list_filter = ("decision",)
+    raw_id_fields = ("item", "given", "suggested")

@@ -761,6 +761,36 @@ class DeadLetter(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "item"], name="deadletter_unique")]
 
 
+class LabelSuspect(models.Model):
+    """A human label that a predictor judging out of sample contradicts with confidence
+    (training/label_errors.py, queued by annotate/services/label_errors.py). Nothing changes the label
+    but a lead: ``kept`` leaves it, ``relabelled`` went through the lead's decision (an Adjudication)."""
+
+    class Decision(models.TextChoices):
+        OPEN = "open"
+        KEPT = "kept"
+        RELABELLED = "relabelled"
+
+    project = models.ForeignKey(Project, related_name="label_suspects", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="label_suspects", on_delete=models.CASCADE)
+    given = models.ForeignKey(Label, related_name="+", on_delete=models.CASCADE)  # the human label judged
+    suggested = models.ForeignKey(Label, related_name="+", on_delete=models.CASCADE)
+    p_given = models.FloatField()  # the out-of-sample probability of the human label
+    p_suggested = models.FloatField()
+    method = models.CharField(max_length=60)  # e.g. "proxy out-of-fold (5 folds), confident learning"
+    labels_seen = models.IntegerField()  # labelled items the scan judged
+    decision = models.CharField(max_length=12, choices=Decision.choices, default=Decision.OPEN)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # the same human label is judged once: a label a lead kept is not queued again by a later scan
+            models.UniqueConstraint(fields=["item", "given"], name="label_suspect_once_per_label"),
+        ]
+
+
 __all__ = [
     "AdapterVersion",
     "Adjudication",
@@ -779,6 +809,7 @@ __all__ = [
     "Item",
     "ItemEvent",
     "Label",
+    "LabelSuspect",
     "Lease",
     "Prediction",
     "Project",

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 
 from annotate import api, api_autolabel
-from annotate.views import annotator, autolabel, data, home, items, lead, ml, setup, team
+from annotate.views import annotator, autolabel, data, home, items, label_errors, lead, ml, setup, team
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -26,6 +26,13 @@ urlpatterns = [
     path("p/<int:project_id>/lead/items/<int:item_id>/return/", lead.lead_return_to_pool, name="lead_return"),
     path("p/<int:project_id>/lead/items/<int:item_id>/review/", lead.lead_send_to_review, name="lead_send_to_review"),
     path("p/<int:project_id>/lead/events/<int:event_id>/undo/", lead.lead_undo, name="lead_undo"),
+    path("p/<int:project_id>/lead/label-errors/", label_errors.label_errors, name="label_errors"),
+    path("p/<int:project_id>/lead/label-errors/scan/", label_errors.label_errors_scan, name="label_errors_scan"),
+    path(
+        "p/<int:project_id>/lead/label-errors/<int:suspect_id>/decide/",
+        label_errors.label_errors_decide,
+        name="label_errors_decide",
+    ),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
     # Item browser (leads, ml)
     path("p/<int:project_id>/items/", items.item_browser, name="item_browser"),

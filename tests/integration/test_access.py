@@ -38,7 +38,11 @@ from annotate.models import (
 )
 from annotate.roles import ALL_ROLES
 from annotate.services.accounts import user_create
-from tests.integration.test_membership import fast_passwords, project_with_an_item  # noqa: F401 (autouse fixture)
+from tests.integration.test_membership import (  # noqa: F401 (autouse fixture)
+    _suspect,
+    fast_passwords,
+    project_with_an_item,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 # Values for the URL parameters the routes take, besides the ids of the world below.
@@ -90,6 +94,7 @@ class World:
                 project=self.beta, actor=self.members["lead"], kind="review", item_ids=[self.beta.items.get().pk]
             ).pk,
             "filter_id": SavedFilter.objects.create(project=self.beta, user=self.members["lead"], name="f").pk,
+            "suspect_id": _suspect(self.beta).pk,
         }
 
     @staticmethod

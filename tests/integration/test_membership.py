@@ -21,6 +21,7 @@ from annotate.models import (
     ImportJob,
     Item,
     ItemEvent,
+    LabelSuspect,
     Project,
     ProjectMembership,
     Round,
@@ -64,6 +65,21 @@ def _client(user: Any) -> Client:
     return client
 
 
+def _suspect(project: Project) -> LabelSuspect:
+    """A possible label error on the project's item (the label-errors decide route names one)."""
+    label = project.labels.first() or project.labels.create(name="x", code="x")
+    return LabelSuspect.objects.create(
+        project=project,
+        item=project.items.get(),
+        given=label,
+        suggested=label,
+        p_given=0.1,
+        p_suggested=0.9,
+        method="t",
+        labels_seen=1,
+    )
+
+
 def project_urls(project: Project, other_user: Any) -> list[str]:
     """Every URL of the app that names a project, filled in with this project's ids."""
     item = project.items.get()
@@ -77,6 +93,7 @@ def project_urls(project: Project, other_user: Any) -> list[str]:
         "event_id": ItemEvent.objects.create(item=item, kind="return", actor=other_user, at=timezone.now()).pk,
         "action_id": BulkAction.objects.create(project=project, actor=other_user, kind="review", item_ids=[item.pk]).pk,
         "filter_id": SavedFilter.objects.create(project=project, user=other_user, name="f").pk,
+        "suspect_id": _suspect(project).pk,
         "queue": "disagreements",
         "what": "labels",
         "fmt": "csv",

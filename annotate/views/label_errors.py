@@ -1,0 +1,69 @@
+"""The possible-label-errors queue (leads): human labels an out-of-sample predictor contradicts with
+confidence, with the evidence; a scan on demand; keep or relabel, one suspect at a time."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from annotate.access import role_required
+from annotate.models import Label, LabelSuspect, Project
+from annotate.roles import LEAD, ML
+from annotate.services.label_errors import (
+    DEFAULT_MIN_MARGIN,
+    MIN_LABELS,
+    LabelErrorError,
+    label_error_scan,
+    label_suspect_decide,
+)
+
+
+@role_required(LEAD, ML)
+def label_errors(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    suspects = LabelSuspect.objects.filter(project=project).select_related("item", "given", "suggested", "decided_by")
+    context = {
+        "project": project,
+        "open": suspects.filter(decision=LabelSuspect.Decision.OPEN).order_by("p_given", "id")[:200],
+        "decided": suspects.exclude(decision=LabelSuspect.Decision.OPEN).order_by("-decided_at")[:50],
+        "labels": Label.objects.filter(project=project).order_by("order", "id"),
+        "min_margin": DEFAULT_MIN_MARGIN,
+        "min_labels": MIN_LABELS,
+    }
+    return render(request, "annotate/label_errors.html", context)
+
+
+@role_required(LEAD, ML)
+@require_POST
+def label_errors_scan(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = get_object_or_404(Project, pk=project_id)
+    try:
+        added = label_error_scan(project=project)
+    except LabelErrorError as exc:
+        messages.error(request, f"No scan: {exc}.")
+    else:
+        messages.success(request, f"Scan done: {len(added)} new possible label error{'s' if len(added) != 1 else ''}.")
+    return redirect("label_errors", project_id=project.pk)
+
+
+@role_required(LEAD, ML)
+@require_POST
+def label_errors_decide(request: HttpRequest, project_id: int, suspect_id: int) -> HttpResponse:
+    suspect = get_object_or_404(LabelSuspect, pk=suspect_id, project_id=project_id)
+    choice = request.POST.get("label", "")
+    label = None
+    if choice and choice != "keep":
+        label = Label.objects.filter(project_id=project_id, pk=choice).first() if choice.isdigit() else None
+        if label is None:
+            messages.error(request, "Choose a label of this project, or keep the label.")
+            return redirect("label_errors", project_id=project_id)
+    try:
+        done = label_suspect_decide(suspect=suspect, lead=request.user, label=label, note=request.POST.get("note", ""))
+    except LabelErrorError as exc:
+        messages.error(request, f"Not decided: {exc}.")
+    else:
+        what = "kept" if done.decision == LabelSuspect.Decision.KEPT else f"relabelled to {label.name if label else ''}"
+        messages.success(request, f"{done.item.external_id}: label {what}.")
+    return redirect("label_errors", project_id=project_id)
