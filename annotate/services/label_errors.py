@@ -18,15 +18,10 @@ from annotate.models import Item, Label, LabelSuspect, Project
 from annotate.selectors import loop as loop_sel
 from annotate.services import proxy
 from annotate.services.review import adjudicate
-from training.label_errors import DEFAULT_FOLDS, find_label_errors, out_of_fold_proba
+from training.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_MARGIN, find_label_errors, out_of_fold_proba
 
 # Below this many labelled items a fold's proxy trains on too few labels per class to contradict anyone.
 MIN_LABELS = 50
-# A suspect is queued when the suggested class's probability exceeds the human label's by at least this
-# (the confident-learning rule alone queues every item the proxy is unsure about on a hard set; the
-# margin keeps the queue to confident contradictions). Chosen on the shared sets' train splits with
-# bench/label_errors.py (bench/RESULTS.md, "Auto-labelling").
-DEFAULT_MIN_MARGIN = 0.4
 METHOD = f"embedding proxy, out of fold ({DEFAULT_FOLDS} folds); confident learning"
 
 
@@ -48,17 +43,11 @@ def label_error_scan(*, project: Project, min_margin: float = DEFAULT_MIN_MARGIN
     y = np.asarray(labeled.label_indices, dtype=np.int64)
     emb = proxy.embeddings(labeled.texts, labeled.hashes)
     probs = out_of_fold_proba(emb, y, len(labels), rng=np.random.default_rng(seed))
-    found = find_label_errors(probs, y)
-    confident = (found.p_suggested - found.p_given) >= min_margin
+    found = find_label_errors(probs, y, min_margin=min_margin)
     added = []
     with transaction.atomic():
         for row, given, suggested, p_given, p_suggested in zip(
-            found.index[confident],
-            found.given[confident],
-            found.suggested[confident],
-            found.p_given[confident],
-            found.p_suggested[confident],
-            strict=True,
+            found.index, found.given, found.suggested, found.p_given, found.p_suggested, strict=True
         ):
             suspect, created = LabelSuspect.objects.get_or_create(
                 item_id=labeled.item_ids[int(row)],
