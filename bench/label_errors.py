@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from scoring.bundled import encoder_path  # noqa: E402
 from scoring.embeddings import EmbeddingCache  # noqa: E402
-from training.label_errors import DEFAULT_MIN_MARGIN, find_label_errors, out_of_fold_proba  # noqa: E402
+from training.label_errors import DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba  # noqa: E402
 
 SETS = ("trec", "sst2", "clinc150", "emotion", "snips", "search_snippets")
 
@@ -47,19 +47,19 @@ def flip(y: np.ndarray, n_classes: int, share: float, rng: np.random.Generator) 
 
 
 def one_run(
-    emb: np.ndarray, y: np.ndarray, n_classes: int, *, labels: int, share: float, seed: int, margin: float
+    emb: np.ndarray, y: np.ndarray, n_classes: int, *, labels: int, share: float, seed: int, ratio: float
 ) -> dict:
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(y), size=min(labels, len(y)), replace=False)
     noisy, flipped = flip(y[pick], n_classes, share, rng)
     began = time.perf_counter()
     probs = out_of_fold_proba(emb[pick], noisy, n_classes, rng=rng)
-    found = find_label_errors(probs, noisy, min_margin=margin)
+    found = find_label_errors(probs, noisy, min_ratio=ratio)
     seconds = time.perf_counter() - began
     hit = np.isin(found.index, flipped)
     return {
         "seed": seed,
-        "min_margin": margin,
+        "min_ratio": ratio,
         "labels": len(pick),
         "flipped": len(flipped),
         "suspects": len(found.index),
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", type=int, default=1000)
     p.add_argument("--flip", type=float, default=0.05)
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--margins", default=f"0,{DEFAULT_MIN_MARGIN}", help="the rule alone (0) and the app's default")
+    p.add_argument("--ratios", default=f"1,{DEFAULT_MIN_RATIO:g}", help="the rule alone (1) and the app's default")
     p.add_argument("--cache", type=Path, default=ROOT / "var" / "bench-embeddings")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "cpu-results")
     a = p.parse_args(argv)
@@ -86,16 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     commit = commit.strip() or "unknown"
     cache = EmbeddingCache(a.cache, encoder_path())
     rows = []
-    print("| set | classes | labels | flipped | margin | suspects (mean) | precision | recall | suggestion right |")
+    print("| set | classes | labels | flipped | ratio ≥ | suspects (mean) | precision | recall | suggestion right |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in a.sets.split(","):
         texts, labels = read_split(a.data / name / "train.csv")
         classes = sorted(set(labels))
         y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
         emb = cache.embed(texts, [hashlib.sha256(t.encode()).hexdigest() for t in texts])
-        for margin in (float(m) for m in a.margins.split(",")):
+        for ratio in (float(m) for m in a.ratios.split(",")):
             runs = [
-                one_run(emb, y, len(classes), labels=a.labels, share=a.flip, seed=int(s), margin=margin)
+                one_run(emb, y, len(classes), labels=a.labels, share=a.flip, seed=int(s), ratio=ratio)
                 for s in a.seeds.split(",")
             ]
             rows += [{"set": name, "classes": len(classes), **r} for r in runs]
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = [r["recall"] or 0.0 for r in runs]
             right = sum(r["suggested_right"] for r in runs) / max(1, sum(r["true_suspects"] for r in runs))
             print(
-                f"| {name} | {len(classes)} | {runs[0]['labels']} | {runs[0]['flipped']} | {margin:g} |"
+                f"| {name} | {len(classes)} | {runs[0]['labels']} | {runs[0]['flipped']} | {ratio:g} |"
                 f" {np.mean([r['suspects'] for r in runs]):.1f} |"
                 f" {np.mean(prec):.2f} ({min(prec):.2f}–{max(prec):.2f}) |"
                 f" {np.mean(rec):.2f} ({min(rec):.2f}–{max(rec):.2f}) | {right:.2f} |"

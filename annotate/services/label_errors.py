@@ -18,7 +18,7 @@ from annotate.models import Item, Label, LabelSuspect, Project
 from annotate.selectors import loop as loop_sel
 from annotate.services import proxy
 from annotate.services.review import adjudicate
-from training.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_MARGIN, find_label_errors, out_of_fold_proba
+from training.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba
 
 # Below this many labelled items a fold's proxy trains on too few labels per class to contradict anyone.
 MIN_LABELS = 50
@@ -29,11 +29,11 @@ class LabelErrorError(ValueError):
     pass
 
 
-def label_error_scan(*, project: Project, min_margin: float = DEFAULT_MIN_MARGIN, seed: int = 0) -> list[LabelSuspect]:
+def label_error_scan(*, project: Project, min_ratio: float = DEFAULT_MIN_RATIO, seed: int = 0) -> list[LabelSuspect]:
     """Judge every labelled pool item's final label; queue the new suspects (open). A label already
     judged (open, kept or relabelled) is not queued again. Returns the suspects this scan added."""
-    if not 0.0 <= min_margin < 1.0:
-        raise LabelErrorError(f"the margin must lie in [0, 1), got {min_margin}")
+    if min_ratio < 1.0:
+        raise LabelErrorError(f"the ratio must be at least 1, got {min_ratio}")
     labeled = loop_sel.labeled_items(project=project)
     if len(labeled.item_ids) < MIN_LABELS:
         raise LabelErrorError(
@@ -43,7 +43,7 @@ def label_error_scan(*, project: Project, min_margin: float = DEFAULT_MIN_MARGIN
     y = np.asarray(labeled.label_indices, dtype=np.int64)
     emb = proxy.embeddings(labeled.texts, labeled.hashes)
     probs = out_of_fold_proba(emb, y, len(labels), rng=np.random.default_rng(seed))
-    found = find_label_errors(probs, y, min_margin=min_margin)
+    found = find_label_errors(probs, y, min_ratio=min_ratio)
     added = []
     with transaction.atomic():
         for row, given, suggested, p_given, p_suggested in zip(

@@ -12,7 +12,7 @@ from annotate.access import role_required
 from annotate.models import Label, LabelSuspect, Project
 from annotate.roles import LEAD, ML
 from annotate.services.label_errors import (
-    DEFAULT_MIN_MARGIN,
+    DEFAULT_MIN_RATIO,
     MIN_LABELS,
     LabelErrorError,
     label_error_scan,
@@ -29,7 +29,7 @@ def label_errors(request: HttpRequest, project_id: int) -> HttpResponse:
         "open": suspects.filter(decision=LabelSuspect.Decision.OPEN).order_by("p_given", "id")[:200],
         "decided": suspects.exclude(decision=LabelSuspect.Decision.OPEN).order_by("-decided_at")[:50],
         "labels": Label.objects.filter(project=project).order_by("order", "id"),
-        "min_margin": DEFAULT_MIN_MARGIN,
+        "min_ratio": DEFAULT_MIN_RATIO,
         "min_labels": MIN_LABELS,
     }
     return render(request, "annotate/label_errors.html", context)

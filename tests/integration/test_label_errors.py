@@ -1,5 +1,5 @@
 """Possible label errors (issue 31): a scan of a TREC project whose human labels are right except for a
-dozen flipped ones queues suspects with evidence, finds flipped labels, never changes a label itself,
+score flipped ones queues suspects with evidence, finds flipped labels, never changes a label itself,
 does not queue a judged label again; a lead's relabel is a decision in the item's history, a keep
 leaves the label; annotators cannot reach the page."""
 
@@ -20,7 +20,7 @@ from tests.integration.round_helpers import trec_project
 pytestmark = pytest.mark.django_db
 
 
-def labelled_with_flips(shared_data: Path, tmp_path: Path, smollm2_dir: Path, flips: int = 12) -> tuple[Any, set[int]]:
+def labelled_with_flips(shared_data: Path, tmp_path: Path, smollm2_dir: Path, flips: int = 20) -> tuple[Any, set[int]]:
     project = trec_project(shared_data, tmp_path, model_dir=smollm2_dir, pool=400, test=16)
     labels = list(Label.objects.filter(project=project).order_by("order", "id"))
     pool = list(Item.objects.filter(project=project, is_test=False).order_by("id"))
@@ -46,12 +46,12 @@ def test_a_scan_queues_flipped_labels_with_evidence_and_changes_nothing(
     assert added and found & flipped, "the scan finds flipped labels"
     precision, recall = len(found & flipped) / len(found), len(found & flipped) / len(flipped)
     print(f"suspects {len(found)}, precision {precision:.2f}, recall {recall:.2f}")
-    # the queue is rich in errors: 12 of 384 labels are flipped (3 %); the weak TREC proxy at 384 labels
+    # the queue is rich in errors: 20 of 384 labels are flipped (5 %); the weak TREC proxy at 384 labels
     # (bench/label_errors.py measures the precision per set) still queues them several times that often
-    assert precision >= 5 * len(flipped) / 384
+    assert precision >= 3 * len(flipped) / 384
     for s in added:
         assert s.given_id == before[s.item_id] and s.suggested_id != s.given_id
-        assert s.p_suggested - s.p_given >= 0.4 and s.labels_seen == 384
+        assert s.p_suggested >= 3 * s.p_given and s.labels_seen == 384
     assert dict(Item.objects.filter(project=project).values_list("id", "final_label_id")) == before
     assert label_error_scan(project=project) == []  # a judged label is not queued twice
 
