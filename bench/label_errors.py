@@ -46,6 +46,21 @@ def flip(y: np.ndarray, n_classes: int, share: float, rng: np.random.Generator) 
     return noisy, np.sort(rows)
 
 
+def embed_picked(cache: EmbeddingCache, texts: list[str], *, labels: int, seeds: list[int]) -> np.ndarray:
+    """Embeddings of the rows some seed's run picks (one_run draws its pick first from its seed's
+    generator); the other rows stay zero and are never read."""
+    picked = np.unique(
+        np.concatenate(
+            [np.random.default_rng(s).choice(len(texts), size=min(labels, len(texts)), replace=False) for s in seeds]
+        )
+    )
+    chosen = [texts[i] for i in picked]
+    vectors = cache.embed(chosen, [hashlib.sha256(t.encode()).hexdigest() for t in chosen])
+    emb = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+    emb[picked] = vectors
+    return emb
+
+
 def one_run(
     emb: np.ndarray, y: np.ndarray, n_classes: int, *, labels: int, share: float, seed: int, ratio: float
 ) -> dict:
@@ -92,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         texts, labels = read_split(a.data / name / "train.csv")
         classes = sorted(set(labels))
         y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
-        emb = cache.embed(texts, [hashlib.sha256(t.encode()).hexdigest() for t in texts])
+        emb = embed_picked(cache, texts, labels=a.labels, seeds=[int(s) for s in a.seeds.split(",")])
         for ratio in (float(m) for m in a.ratios.split(",")):
             runs = [
                 one_run(emb, y, len(classes), labels=a.labels, share=a.flip, seed=int(s), ratio=ratio)
