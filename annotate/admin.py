@@ -218,4 +218,15 @@ class LabelSuspectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     list_display = ("item", "given", "suggested", "p_given", "p_suggested", "decision", "decided_by", "created_at")
     list_filter = ("decision",)
+    search_fields = ("item__external_id", "given__name", "suggested__name")
     raw_id_fields = ("item", "given", "suggested")
+
+
+@admin.register(models.BatchApiAnswer)
+class BatchApiAnswerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Answers imported from a managed batch API (manage.py autolabel batch-results): read here."""
+
+    list_display = ("item", "prompt_version", "label", "project", "created_at")
+    list_filter = ("prompt_version",)
+    search_fields = ("item__external_id", "prompt_version")
+    raw_id_fields = ("item", "label")
