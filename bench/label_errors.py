@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     p.add_argument("--sets", default=",".join(SETS))
-    p.add_argument("--labels", type=int, default=1000)
+    p.add_argument("--split", default="train", choices=("train", "test"), help="the ratio was chosen on train")
+    p.add_argument("--labels", type=int, default=1000, help="labelled items per run (at most the split's rows)")
     p.add_argument("--flip", type=float, default=0.05)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--ratios", default=f"1,{DEFAULT_MIN_RATIO:g}", help="the rule alone (1) and the app's default")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| set | classes | labels | flipped | ratio ≥ | suspects (mean) | precision | recall | suggestion right |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in a.sets.split(","):
-        texts, labels = read_split(a.data / name / "train.csv")
+        texts, labels = read_split(a.data / name / f"{a.split}.csv")
         classes = sorted(set(labels))
         y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
         emb = embed_picked(cache, texts, labels=a.labels, seeds=[int(s) for s in a.seeds.split(",")])
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" {np.mean(rec):.2f} ({min(rec):.2f}–{max(rec):.2f}) | {right:.2f} |"
             )
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"label-errors-{commit}.json"
+    path = a.out / f"label-errors-{commit}{'-test' if a.split == 'test' else ''}.json"
     options = {k: str(v) for k, v in vars(a).items()}
     path.write_text(json.dumps({"commit": commit, "options": options, "rows": rows}, indent=1) + "\n")
     print(f"\nraw: {path.relative_to(ROOT)}")
