@@ -83,9 +83,9 @@ class Workers:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, queues: str = "default,io,gpu") -> None:
         log = (self.log_dir / f"worker-{name}.log").open("ab")
-        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "-c", "1"]
         cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", f"{name}@%h", "--loglevel", "INFO"]
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True)
 
