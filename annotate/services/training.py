@@ -52,8 +52,9 @@ def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfi
     ``mode``), and the equal-size active / random arms."""
     pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
     plan: Plan = {f"prod:{i}": pairs for i in range(config.k)}
-    # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
-    if not config.arms:
+    # The simulation harness turns the in-round comparison arms off (its strategies are the arms); the
+    # CPU profile trains them every few rounds only (arms_every).
+    if not config.arms or not ensemble.is_arms_round(row.number, config.arms_every):
         return plan
     if mode == Round.TrainingMode.WARM and ensemble.is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
