@@ -275,9 +275,11 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         self.fields["auto_retrain_share"].required = False  # a script that leaves it out keeps the default
         if not self.instance.pk:
             self.initial.setdefault("auto_retrain_share", 1.0)  # new projects: a round finishes by itself
-            for name, value in new_project_defaults().items():  # the profile's quick start (K=1 on a CPU)
+            # The profile's quick start (K=1 on a CPU) over the model's defaults, which a new instance's
+            # initial data already holds (so not setdefault).
+            for name, value in new_project_defaults().items():
                 if name in self.fields:
-                    self.initial.setdefault(name, value)
+                    self.initial[name] = value
         for name, rng in RANGES.items():
             # The model field's own bounds (a PositiveIntegerField's ≥ 0) would answer −5 with Django's
             # generic message and 0 with ours: drop them, so any value out of range gets the one reason.
