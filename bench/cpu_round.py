@@ -1,7 +1,8 @@
 """A default CPU project's round at 200 labels, timed step by step (issue 32, problem 5: ≤ 90 s on
 the 2-core machine).
 
-    python bench/cpu_round.py [--data ../shared/data] [--labels 200] [--pool 5452] [--out bench/cpu-results]
+    python bench/cpu_round.py [--data ../shared/data] [--labels 200] [--pool 5452] [--out bench/cpu-results] \
+        [--loop-options '{"arms_every": 2}' --tag arms]
 
 The project is what the setup page creates on a CPU deployment: the model's defaults with the CPU
 profile's starting values over them (annotate.loopconfig.NEW_PROJECT_DEFAULTS: K=1, batch 20, one
@@ -37,7 +38,10 @@ os.environ.setdefault("VAR_DIR", tempfile.mkdtemp(prefix="alann-cpu-round-"))
 os.environ.setdefault("MODELS_DIR", str(ROOT / "var" / "models"))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.pop("ALANN_LOOP_OPTIONS", None)  # the deployment's default: the CPU profile
+# The deployment's default (the CPU profile) unless --loop-options says otherwise (set before Django reads it).
+os.environ["ALANN_LOOP_OPTIONS"] = next(
+    (sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--loop-options"), "{}"
+)
 
 # (status the step runs until, the phase's name): the round flow's order (annotate/services/rounds.py)
 BEFORE_LABELING = (("scoring", "plan"), ("selecting", "score"), ("labeling", "select"))
@@ -82,6 +86,10 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=200, help="labels the timed round trains on")
     parser.add_argument("--pool", type=int, default=5452, help="TREC train rows imported (5452: all)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "cpu-results"))
+    parser.add_argument(
+        "--loop-options", default="{}", help="over the CPU profile, e.g. '{\"arms_every\": 2}' to time an arms round"
+    )
+    parser.add_argument("--tag", default="", help="added to the output file's name")
     args = parser.parse_args()
 
     import django
@@ -146,6 +154,7 @@ def main() -> None:
         "test_accuracy": metrics.get("accuracy"),
         "round_1": {"phases": {p: round(s, 2) for k, p, s in phases if k == first.number}},
         "project_defaults": defaults,
+        "loop_options": json.loads(args.loop_options),
         "loop_profile": opts.profile,
         "arms_every": opts.arms_every,
         "frozen_config": Round.objects.get(id=second.id).config,
@@ -153,7 +162,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cpu-round-{result['commit']}.json"
+    path = out / f"cpu-round-{result['commit']}{'-' + args.tag if args.tag else ''}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"\nround {second.number} at {metrics.get('labels')} labels ({n} new), K={project.ensemble_k}:")
     print("| phase | seconds |\n|---|---|")
