@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="added to the output file's name")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()  # the machine is shared: a busy one slows every phase alike
     import django
 
     django.setup()
@@ -143,6 +144,7 @@ def main() -> None:
         "commit": commit(),
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "cpus": os.cpu_count(),
+        "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "setup_seconds": round(setup_s, 1),
         "pool_items": Item.objects.filter(project=project, is_test=False).count(),
