@@ -48,7 +48,9 @@ logger = logging.getLogger(__name__)
 # round only: they doubled a CPU round. The full loop (every layer, arms each round) stays one
 # option away: {"train": {"top_layers": 0}, "arms_every": 1}.
 CPU_PROFILE: dict[str, Any] = {
-    "max_context": 256,  # TREC / SST-2 items are short; the prefix is ~150 tokens
+    # 0: fitted to the prompt (scoring.pipeline.make_renderer): a prompt takes the tokens it has, so a
+    # fixed cap only cut long items short, or refused a long prefix (few-shot examples) outright.
+    "max_context": 0,
     "arms_every": 5,
     "train": {
         "min_steps": 48,
@@ -113,7 +115,7 @@ class LoopOptions:
     """The deployment's loop options, checked and merged over the machine's profile."""
 
     profile: str  # "cpu" (default) or "gpu": the deployment's choice, never the device of the process
-    max_context: int  # prompt tokens: the prefix plus the longest item must fit
+    max_context: int  # prompt tokens: the prefix plus the longest item must fit; 0: fitted to the prompt
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
     cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.selection.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)

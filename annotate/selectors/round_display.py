@@ -287,6 +287,10 @@ def round_views(*, rounds: list[Round], now: datetime | None = None, min_test: i
     return views
 
 
+def _context_words(max_context: Any) -> str:
+    return f"context {max_context} tokens" if max_context else "context fitted to the prompt"
+
+
 def training_sentence(row: Round) -> str:
     """How the round trained its prod members, and why from scratch when it did ("" before its plan)."""
     from training.ensemble import is_scratch_round
@@ -321,7 +325,7 @@ def config_lines(frozen: dict[str, Any]) -> list[tuple[str, str]]:
         ("Profile", str(frozen.get("profile", "—"))),
         ("Model", Path(str(loop.get("model_dir", ""))).name or "—"),
         ("Engine", str(loop.get("engine")) + (f" ({engine_options})" if engine_options else "")),
-        ("Ensemble", f"K={loop.get('k')}, context {loop.get('max_context')} tokens"),
+        ("Ensemble", f"K={loop.get('k')}, " + _context_words(loop.get("max_context"))),
         (
             "Training",
             f"{steps} steps of {train.get('batch_size')}, lr {train.get('lr')}, "
