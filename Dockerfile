@@ -1,4 +1,4 @@
-# One image for migrate, web and worker (alann:latest) and, with EXTRAS=gpu, the gpu workers' (alann-gpu).
+# One image for migrate, web, worker and io-worker (alann:latest) and, with EXTRAS=gpu, the gpu workers' (alann-gpu).
 FROM python:3.11-slim
 ARG EXTRAS=""
 ENV PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VAR_DIR=/data MODELS_DIR=/models STATIC_ROOT=/app/staticfiles

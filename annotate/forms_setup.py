@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.http import QueryDict
 
+from annotate.loopconfig import new_project_defaults
 from annotate.models import Label, Project
 from annotate.services.projects import LabelInput
 from scoring.strategies import STRATEGIES
@@ -246,7 +247,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "type); half typical, half random: both at once; farthest-first: texts far from each other. A project run "
             "as random always starts at random.",
             "ensemble_k": "How many small adapters are trained; more gives better uncertainty and costs more "
-            "time per round. 2–4 on a CPU.",
+            "time per round. 1 on a CPU (the embedding proxy is the second opinion), 2–4 on a GPU.",
             "overlap_share": "Share of each batch (0–1) labelled by several annotators, to measure agreement and "
             "find disagreements for leads. 0.1 = one item in ten.",
             "overlap_annotators": "How many different annotators label each double-labelled item (2 or more).",
@@ -274,6 +275,11 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         self.fields["auto_retrain_share"].required = False  # a script that leaves it out keeps the default
         if not self.instance.pk:
             self.initial.setdefault("auto_retrain_share", 1.0)  # new projects: a round finishes by itself
+            # The profile's quick start (K=1 on a CPU) over the model's defaults, which a new instance's
+            # initial data already holds (so not setdefault).
+            for name, value in new_project_defaults().items():
+                if name in self.fields:
+                    self.initial[name] = value
         for name, rng in RANGES.items():
             # The model field's own bounds (a PositiveIntegerField's ≥ 0) would answer −5 with Django's
             # generic message and 0 with ours: drop them, so any value out of range gets the one reason.
@@ -392,6 +398,8 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
     def project_fields(self) -> dict[str, Any]:
         fields = {name: self.cleaned_data[name] for name in self.Meta.fields if name != "name"}
         fields["few_shot"] = self.cleaned_data.get("few_shot", [])
+        if not self.instance.pk:  # the profile's defaults the page has no field for (candidate_sample)
+            fields.update({k: v for k, v in new_project_defaults().items() if k not in fields})
         return fields
 
 

@@ -37,13 +37,39 @@ from training.lora import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-# CPU profile: a round's retrain (2 prod members + the 2 comparison arms) must finish in minutes on
-# 2 cores, where one SmolLM2 step on 8 prompts of ~200 tokens costs ~18 CPU-seconds (measured under
-# load). 12 steps of 4 prompts ≈ one pass over a 50-label round; lr 1e-3 because so few steps at
-# 2e-4 barely move a freshly initialised LoRA; a checkpoint every 4 steps (a kill loses < 4 steps).
+# CPU profile (issue 32, problem 5: a default project's round at 200 labels in at most 90 s on 2
+# cores, bench/cpu_round.py): LoRA on the last 4 of SmolLM2's 30 layers only, so the 26 below run once
+# per training run (and stay cached in the engine for scoring and evaluation) instead of forward and
+# backward at every step; 48 steps of 16 whatever the label count (min_steps = max_steps: a round
+# costs the same at 40 labels as at 400, and 12 steps starved small label sets, see GPU_PROFILE's
+# steps probe); lr 1e-3 because so few steps at 2e-4 barely move a fresh LoRA; no dropout (as on the
+# GPU); a checkpoint every 16 steps (a kill loses < 16 steps of ~0.3 s). arms_every 5: the active /
+# random comparison arms (two more adapters trained and the test set scored twice more) every 5th
+# round only: they doubled a CPU round. The full loop (every layer, arms each round) stays one
+# option away: {"train": {"top_layers": 0}, "arms_every": 1}.
 CPU_PROFILE: dict[str, Any] = {
-    "max_context": 256,  # TREC / SST-2 items are short; the prefix is ~150 tokens
-    "train": {"max_steps": 12, "batch_size": 4, "lr": 1e-3, "checkpoint_every": 4},
+    # 0: fitted to the prompt (scoring.pipeline.make_renderer): a prompt takes the tokens it has, so a
+    # fixed cap only cut long items short, or refused a long prefix (few-shot examples) outright.
+    "max_context": 0,
+    "arms_every": 5,
+    "train": {
+        "min_steps": 48,
+        "max_steps": 48,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "dropout": 0.0,
+        "checkpoint_every": 16,
+        "top_layers": 4,
+        "wide_top_layers": 8,
+    },
+}
+# What a project created from the setup page starts with, per profile (the fields stay editable). On
+# a CPU: one adapter (K=1: the embedding proxy is the committee's second member), batches of 20, one
+# cold-start round, and 300 scored candidates a round rather than the whole pool (scoring is linear
+# in it: 300 prompts through 4 adapted layers take seconds). On a GPU: the model's defaults.
+NEW_PROJECT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cpu": {"ensemble_k": 1, "batch_size": 20, "cold_start_batches": 1, "candidate_sample": 300},
+    "gpu": {},
 }
 # GPU profile: the configuration the six-set simulation of 2026-12-01 measured (bench/RESULTS.md,
 # "Session 5"): LoRA in the last 8 of SmolLM2's 30 layers (the trunk below runs once per training
@@ -89,10 +115,11 @@ class LoopOptions:
     """The deployment's loop options, checked and merged over the machine's profile."""
 
     profile: str  # "cpu" (default) or "gpu": the deployment's choice, never the device of the process
-    max_context: int  # prompt tokens: the prefix plus the longest item must fit
+    max_context: int  # prompt tokens: the prefix plus the longest item must fit; 0: fitted to the prompt
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
     cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.selection.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
+    arms_every: int  # ... in every Nth round only (1: every round; training.ensemble.is_arms_round)
     # Items of the fixed stop set each evaluation predicts (κ between rounds: the stopping criterion);
     # 0 turns it off. 500 (the default): near κ = 0.99 with 6 balanced classes the 95 % sampling error
     # of κ is about ±0.01, the margin the 0.99 threshold tests; it costs the evaluation 500 prompts on
@@ -141,6 +168,13 @@ def _non_negative(raw: Mapping[str, Any], key: str, default: int) -> int:
     return value
 
 
+def _at_least_one(raw: Mapping[str, Any], key: str, default: int) -> int:
+    value = int(raw.get(key, default))
+    if value < 1:
+        raise ValueError(f"loop option {key} must be 1 or more, got {value}")
+    return value
+
+
 def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
     """``raw`` (settings.LOOP_OPTIONS) over the CPU or GPU profile. ValueError names an unknown key."""
     unknown = set(raw) - KNOWN_OPTIONS
@@ -156,6 +190,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         n_shards=int(raw.get("n_shards", 0)),
         cold_mode=_cold_mode(raw),
         arms=bool(raw.get("arms", True)),
+        arms_every=_at_least_one(raw, "arms_every", int(base.get("arms_every", 1))),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
         blend=_blend_mode(raw),
         softrank_beta=_softrank_beta(raw),
@@ -239,6 +274,13 @@ def stop_set_size() -> int:
     return _non_negative(dict(getattr(settings, "LOOP_OPTIONS", None) or {}), "stop_set_size", DEFAULT_STOP_SET_SIZE)
 
 
+def new_project_defaults() -> dict[str, Any]:
+    """The setup page's starting values for a new project under the deployment's profile (read without
+    parsing the other options: the web process renders the page)."""
+    profile = str(dict(getattr(settings, "LOOP_OPTIONS", None) or {}).get("profile") or DEFAULT_PROFILE)
+    return dict(NEW_PROJECT_DEFAULTS.get(profile, {}))
+
+
 def model_dir_of(project: Project) -> str:
     return project.model_dir or str(settings.LLM_DIR)
 
@@ -292,6 +334,7 @@ def loop_config(project: Project) -> LoopConfig:
         train=opts.train.for_labels(len(prompt.labels)),
         engine_options=opts.engine_options,
         arms=opts.arms,
+        arms_every=opts.arms_every,
         blend=opts.blend,
         consolidate_every=opts.consolidate_every,
     )

@@ -254,6 +254,15 @@ class Round(models.Model):
     items_scored = models.PositiveIntegerField(default=0)
     train_steps_total = models.PositiveIntegerField(default=0)
     train_steps_done = models.PositiveIntegerField(default=0)
+    # The evaluation's prompts (every adapter set over the test, stop and held-out items).
+    eval_items_total = models.PositiveIntegerField(default=0)
+    eval_items_done = models.PositiveIntegerField(default=0)
+    # The ETA's rate for the step running now: seconds per unit (a training step, an evaluation prompt)
+    # as the worker measured it (training.progress.seconds_per_unit); 0: not measured yet. Training's
+    # finished runs (start-up included) are summed beside it, so the rate holds still between runs.
+    unit_seconds = models.FloatField(default=0.0)
+    train_runs_seconds = models.FloatField(default=0.0)
+    train_runs_steps = models.PositiveIntegerField(default=0)
     metrics = models.JSONField(default=dict, blank=True)  # evaluation, active vs random arms
     cost = models.JSONField(default=dict, blank=True)  # seconds per step, tokens, labels, minutes
 

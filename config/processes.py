@@ -6,7 +6,8 @@ multi-process end-to-end test all take their command lines from here, so they ca
     python -m config.processes demo [--data PATH] [--port N]    # what `make demo` runs
 
 Roles: `migrate` (one shot: prepare the bundled models, then migrate), `web` (gunicorn), `worker`
-(Celery, queue `default`), `gpu-worker` (Celery, queue `gpu`, one task at a time). Every command runs
+(Celery, queues `default` and `io`), `io-worker` (Celery, queue `io`: imports, one at a time, so an
+upload never waits behind a round's steps), `gpu-worker` (Celery, queue `gpu`, one task at a time). Every command runs
 in the repository root (argv names `manage.py`; gunicorn reads `gunicorn.conf.py` from there).
 
 Plain Python: no Django, torch or Celery at import (PyYAML only inside `compose_override`), so the
@@ -27,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROLES = ("migrate", "web", "worker", "gpu-worker")
+ROLES = ("migrate", "web", "worker", "io-worker", "gpu-worker")
+QUEUES = ("default", "io", "gpu")  # config/celery.py
 COMPOSE_FILE = "docker-compose.yml"
 # The base compose file's one GPU worker; `compose --gpus N` copies it for GPUs 1 … N-1.
 GPU_SERVICE = "gpu-worker-{index}"
@@ -60,7 +62,9 @@ def process_argv(
 
     ``bind``: the web server's address. ``concurrency``: the CPU worker's pool size (a gpu worker
     always runs one task at a time). ``node``, ``queues``: the Celery node name and queue list of
-    the two worker roles (defaults: ``cpu@%h`` on ``default``, ``gpu@%h`` on ``gpu``)."""
+    the worker roles (defaults: ``cpu@%h`` on ``default,io``, ``io@%h`` on ``io``, ``gpu@%h`` on ``gpu``).
+    The plain worker reads ``io`` too, so an install with no io-worker still imports; with one, an
+    import is taken by whichever is free: the io-worker, when the plain worker is busy with a round."""
     _check_role(role)
     if role in ("migrate", "web") and (node is not None or queues is not None):
         raise ValueError(f"{role}: node and queues apply to the worker roles only")
@@ -77,16 +81,20 @@ def process_argv(
     if role == "worker":
         if concurrency < 1:
             raise ValueError(f"worker: concurrency is 1 or more, not {concurrency}")
-        return _celery_worker(queues or "default", concurrency, node or "cpu@%h")
+        return _celery_worker(queues or "default,io", concurrency, node or "cpu@%h")
+    if role == "io-worker":
+        # One import at a time: an import is one long transaction per chunk; two at once on SQLite
+        # would only wait for each other's write lock.
+        return _celery_worker(queues or "io", 1, node or "io@%h")
     # A GPU task holds the GPU's engine for minutes: one task per process, never one prefetched
     # behind it (a second process per GPU, not a bigger pool, is how a GPU gets two: README).
     return _celery_worker(queues or "gpu", 1, node or "gpu@%h")
 
 
 def _celery_worker(queues: str, concurrency: int, node: str) -> list[str]:
-    unknown = set(queues.split(",")) - {"default", "gpu"}
+    unknown = set(queues.split(",")) - set(QUEUES)
     if unknown:
-        raise ValueError(f"unknown Celery queue(s) {sorted(unknown)}: default and gpu (config/celery.py)")
+        raise ValueError(f"unknown Celery queue(s) {sorted(unknown)}: {', '.join(QUEUES)} (config/celery.py)")
     # --loglevel: Celery replaces the root logger's handlers and level with its own, so LOG_LEVEL
     # (the README's "root log level of web and workers") reaches a worker only through this flag.
     return [
@@ -188,12 +196,13 @@ def demo_web_argv(port: int) -> list[str]:
 
 
 def demo_worker_argvs() -> dict[str, list[str]]:
-    """The demo's workers: the production pair, not one worker on both queues, so an import or an
-    export in the demo does not wait behind a round's training, as in a deployment. On a 2-core
-    machine a round's steps run one after another, so the two rarely compute at once; the cost is a
-    second process's memory. One CPU worker process, where a deployment has 2."""
+    """The demo's workers: the production three, not one worker on every queue, so an import in the
+    demo does not wait behind a round's training or planning, as in a deployment. On a 2-core
+    machine a round's steps run one after another, so they rarely compute at once; the cost is the
+    other processes' memory. One CPU worker process, where a deployment has 2."""
     return {
         "worker": process_argv("worker", concurrency=1, node="demo-cpu@%h"),
+        "io-worker": process_argv("io-worker", node="demo-io@%h"),
         "gpu-worker": process_argv("gpu-worker", node="demo-gpu@%h"),
     }
 
@@ -255,7 +264,7 @@ def parser() -> argparse.ArgumentParser:
     run_cli.add_argument("--bind", default="0.0.0.0:8000", help="web: the address to listen on")
     run_cli.add_argument("--concurrency", type=int, default=2, help="worker: processes in its pool")
     run_cli.add_argument("--node", help="worker roles: the Celery node name (keep the @%%h)")
-    run_cli.add_argument("--queues", help="worker roles: comma list of queues (default, gpu)")
+    run_cli.add_argument("--queues", help="worker roles: comma list of queues (default, io, gpu)")
     compose_cli = commands.add_parser("compose", help="write the compose override for N GPUs")
     compose_cli.add_argument("--gpus", type=int, required=True)
     compose_cli.add_argument("--out", help="file to write (default: stdout)")

@@ -104,9 +104,11 @@ class Deployment:
         )
 
     def start_services(self, *, gpu_worker_env: dict[str, str] | None = None, gpu_workers: int = 1) -> None:
-        """web (gunicorn), a CPU worker on the default queue, ``gpu_workers`` workers on the gpu queue."""
+        """web (gunicorn), a CPU worker on the default and io queues, an io worker (imports), ``gpu_workers``
+        workers on the gpu queue: compose's services."""
         self.start("web", bind=f"127.0.0.1:{self.port}")
         self.start("worker", concurrency=1, node=f"cpu-{self.tag}@%h")
+        self.start("io-worker", node=f"io-{self.tag}@%h")
         for i in range(gpu_workers):
             self.start("gpu-worker", name=f"gpu-worker-{i}", env=gpu_worker_env, node=f"gpu{i}-{self.tag}@%h")
         self.wait_web()

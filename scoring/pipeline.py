@@ -13,6 +13,7 @@ resumed step makes the same choices.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 import zlib
@@ -99,7 +100,8 @@ _RENDERERS: dict[tuple[str, PromptSpec, int], PromptRenderer] = {}
 
 
 def make_renderer(model_dir: str | Path, spec: PromptSpec, max_context: int) -> PromptRenderer:
-    """One renderer per (model, prompt, context) per process: the prefix is tokenized once."""
+    """One renderer per (model, prompt, context) per process: the prefix is tokenized once.
+    ``max_context`` 0: fitted to the prompt, i.e. no item is cut short of the model's own window."""
     from transformers import AutoTokenizer
 
     from scoring.bundled import model_revision
@@ -109,9 +111,19 @@ def make_renderer(model_dir: str | Path, spec: PromptSpec, max_context: int) -> 
     if key not in _RENDERERS:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         _RENDERERS[key] = PromptRenderer(
-            tokenizer, spec, model_revision=model_revision(model_dir), max_context=max_context
+            tokenizer,
+            spec,
+            model_revision=model_revision(model_dir),
+            max_context=max_context or model_window(model_dir),
         )
     return _RENDERERS[key]
+
+
+def model_window(model_dir: str | Path) -> int:
+    """The model's context window (config.json's max_position_embeddings; 2048 when it says none). A
+    prompt's tokens are only those it has: the window bounds what an item may take, it pads nothing."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(config.get("max_position_embeddings") or 2048)
 
 
 # -- scoring ----------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ class LoopConfig:
     train: TrainConfig
     engine_options: tuple[tuple[str, Any], ...] = field(default=())
     arms: bool = True  # train the in-round active / random comparison arms
+    arms_every: int = 1  # ... in every Nth round (is_arms_round): the CPU profile's 5 halves a round
     blend: str = "auto"  # the predictor: adapters + proxy at a held-out weight ("auto") or adapters alone ("off")
     # Consolidation: the prod members are retrained from scratch every N rounds (0: never, warm starts
     # throughout). Warm starts trained a fixed number of steps carry the order labels arrived in (issue 33).
@@ -55,6 +56,12 @@ def member_seed(round_seed: int, arm: Arm, k: int) -> int:
 
 def is_scratch_round(number: int, scratch_every: int) -> bool:
     return scratch_every > 0 and number > 1 and number % scratch_every == 0
+
+
+def is_arms_round(number: int, arms_every: int) -> bool:
+    """Whether round ``number`` trains the comparison arms (and the from-scratch check): every round
+    for arms_every 1, else rounds arms_every, 2 × arms_every, …"""
+    return arms_every <= 1 or number % arms_every == 0
 
 
 TrainingMode = Literal["warm", "scratch"]

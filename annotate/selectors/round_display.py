@@ -15,6 +15,7 @@ from django.utils import timezone
 from annotate.models import Project, Round
 from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
 from training.blend import MIN_HELDOUT
+from training.progress import eta_seconds
 
 AUTOMATED = (
     Round.Status.PENDING,
@@ -76,6 +77,13 @@ def _eta(done: int, total: int, elapsed: float) -> str:
     if done <= 0 or total <= done:
         return ""
     return duration(elapsed * (total - done) / done)
+
+
+def _measured_eta(done: int, total: int, unit_seconds: float) -> str:
+    """Training and evaluation: what is left at the rate the worker measured (training.progress), so the
+    ETA falls while the work advances instead of growing at each adapter's start-up."""
+    left = eta_seconds(done=done, total=total, unit_seconds=unit_seconds)
+    return "" if left is None else duration(left)
 
 
 def _workers_alive() -> bool | None:
@@ -260,7 +268,9 @@ def round_views(*, rounds: list[Round], now: datetime | None = None, min_test: i
         if row.status == Round.Status.SCORING:
             view.eta = _eta(row.items_scored, row.items_to_score, elapsed)
         elif row.status == Round.Status.TRAINING:
-            view.eta = _eta(row.train_steps_done, row.train_steps_total, elapsed)
+            view.eta = _measured_eta(row.train_steps_done, row.train_steps_total, row.unit_seconds)
+        elif row.status == Round.Status.EVALUATING:
+            view.eta = _measured_eta(row.eval_items_done, row.eval_items_total, row.unit_seconds)
         if row.status == Round.Status.LABELING:
             view.batch = batch_status(round=row)
         view.finished = view.batch.finished if view.batch else batch_items_finished(round=row)
@@ -275,6 +285,10 @@ def round_views(*, rounds: list[Round], now: datetime | None = None, min_test: i
         before = by_number.get(view.row.number - 1)
         view.config_changed = bool(before and view.row.config_fingerprint and before != view.row.config_fingerprint)
     return views
+
+
+def _context_words(max_context: Any) -> str:
+    return f"context {max_context} tokens" if max_context else "context fitted to the prompt"
 
 
 def training_sentence(row: Round) -> str:
@@ -311,7 +325,7 @@ def config_lines(frozen: dict[str, Any]) -> list[tuple[str, str]]:
         ("Profile", str(frozen.get("profile", "—"))),
         ("Model", Path(str(loop.get("model_dir", ""))).name or "—"),
         ("Engine", str(loop.get("engine")) + (f" ({engine_options})" if engine_options else "")),
-        ("Ensemble", f"K={loop.get('k')}, context {loop.get('max_context')} tokens"),
+        ("Ensemble", f"K={loop.get('k')}, " + _context_words(loop.get("max_context"))),
         (
             "Training",
             f"{steps} steps of {train.get('batch_size')}, lr {train.get('lr')}, "

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum, Value
+from django.db.models.functions import Least
 
 from annotate import steppoints
 from annotate.loopconfig import round_config, round_frozen, round_stop_set_size, worker_config
@@ -36,6 +37,63 @@ from training import blend, curves, ensemble
 from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
 HELDOUT_FILE = "heldout.npz"
+# Prompts per engine call while evaluating: the round page's progress bar and ETA move every few seconds
+# on a CPU (issue 32, problem 5: 4.5-9.5 min of evaluation with neither). Any subset scores alike
+# (the engines' contract; the trunk and prefix caches are per item and per prompt), so chunks cost a
+# Python loop and one UPDATE each.
+EVAL_CHUNK = 128
+
+
+class _Counted:
+    """The engine, scoring in chunks of EVAL_CHUNK texts and counting each chunk's prompts (texts x
+    adapters) on the round, with the measured rate for the ETA (training.progress)."""
+
+    def __init__(self, engine: Any, round_id: int) -> None:
+        self.engine, self.round_id, self.done, self.started = engine, round_id, 0, time.perf_counter()
+
+    def score(self, renderer: Any, texts: Any, adapters: Any) -> Any:
+        from scoring.engines.base import ScoreResult
+        from training.progress import seconds_per_unit
+
+        if not texts:
+            return self.engine.score(renderer, texts, adapters)
+        parts = []
+        for start in range(0, len(texts), EVAL_CHUNK):
+            chunk = list(texts[start : start + EVAL_CHUNK])
+            parts.append(self.engine.score(renderer, chunk, adapters))
+            self.done += len(chunk) * max(1, len(adapters))
+            rate = seconds_per_unit(
+                finished_seconds=0.0,
+                finished_units=0,
+                current_seconds=time.perf_counter() - self.started,
+                current_units=self.done,
+            )
+            Round.objects.filter(id=self.round_id).update(
+                eval_items_done=Least(Value(self.done), F("eval_items_total")), unit_seconds=rate
+            )
+        return ScoreResult(
+            p=np.concatenate([r.p for r in parts], axis=1),
+            mass=np.concatenate([r.mass for r in parts], axis=1),
+            truncated=np.concatenate([r.truncated for r in parts]),
+            tokens=sum(r.tokens for r in parts),
+            computed_tokens=sum(r.computed_tokens for r in parts),
+        )
+
+
+def _evaluation_prompts(row: Round, by_arm: dict[str, list[AdapterVersion]], n_test: int, n_stop: int) -> int:
+    """What the evaluation will score, in prompts (texts x adapters): the held-out batch under the round
+    before's adapters (heldout_write's conditions), test and stop sets under the prod adapters, the
+    test set under every other set, and the first prod member alone beside a scratch member."""
+    prod = len(by_arm.get(AdapterVersion.Arm.PROD, []))
+    total = (n_test + n_stop) * prod + n_test * sum(len(a) for arm, a in by_arm.items() if arm != "prod")
+    if n_test and "scratch" in by_arm and prod > 1:
+        total += n_test
+    if round_config(row).blend == "auto":
+        previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
+        if previous and plan_path(previous[0].round).is_file():
+            batch = BatchItem.objects.filter(round=row, item__final_label__isnull=False, item__is_test=False)
+            total += batch.count() * len(previous)
+    return total
 
 
 def _clean(value: Any) -> Any:
@@ -110,15 +168,17 @@ def _score_sets(
 
     config = worker_config(row)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
-    engine = ensemble.make_engine(config)
+    by_arm: dict[str, list[AdapterVersion]] = {}
+    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
+        by_arm.setdefault(adapter.arm, []).append(adapter)
+    total = _evaluation_prompts(row, by_arm, len(texts), len(stop_texts))
+    Round.objects.filter(id=row.id).update(eval_items_total=total, eval_items_done=0, unit_seconds=0.0)
+    engine = _Counted(ensemble.make_engine(config), row.id)
     names = loop_sel.label_names(project=row.project)
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     p_stop = np.empty((0, len(names)))
     blend_record: dict[str, Any] = {}
     own = heldout_write(row, engine, renderer, len(names)) if config.blend == "auto" else None
-    by_arm: dict[str, list[AdapterVersion]] = {}
-    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
-        by_arm.setdefault(adapter.arm, []).append(adapter)
     for arm, adapters in by_arm.items():
         refs = loop_sel.adapter_refs(adapters)
         if arm == AdapterVersion.Arm.PROD:

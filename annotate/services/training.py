@@ -17,6 +17,7 @@ flow once every planned adapter exists) moves the round to evaluating, once.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from scoring.toplayers import adapted_layers, adapter_config
 from training import ensemble
 from training.ensemble import LoopConfig
 from training.lora import ADAPTER_CONFIG
+from training.progress import seconds_per_unit
 
 
 def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig, *, mode: str) -> Plan:
@@ -52,8 +54,9 @@ def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfi
     ``mode``), and the equal-size active / random arms."""
     pairs = [[i, y] for i, y in zip(labeled.item_ids, labeled.label_indices, strict=True)]
     plan: Plan = {f"prod:{i}": pairs for i in range(config.k)}
-    # The simulation harness turns the in-round comparison arms off (its strategies are the arms).
-    if not config.arms:
+    # The simulation harness turns the in-round comparison arms off (its strategies are the arms); the
+    # CPU profile trains them every few rounds only (arms_every).
+    if not config.arms or not ensemble.is_arms_round(row.number, config.arms_every):
         return plan
     if mode == Round.TrainingMode.WARM and ensemble.is_scratch_round(row.number, row.project.scratch_every):
         plan["scratch:0"] = pairs
@@ -82,7 +85,14 @@ def _write_plan(row: Round) -> None:
     mode = training_mode(row, config)
     plan = train_plan(row, loop_sel.labeled_items(project=row.project), config, mode=mode)
     steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
-    Round.objects.filter(id=row.id).update(train_steps_total=steps, train_steps_done=0, training_mode=mode)
+    Round.objects.filter(id=row.id).update(
+        train_steps_total=steps,
+        train_steps_done=0,
+        training_mode=mode,
+        unit_seconds=0.0,
+        train_runs_seconds=0.0,
+        train_runs_steps=0,
+    )
     write_plan(row, plan)  # last: the plan's existence says the totals and the mode are set
 
 
@@ -176,6 +186,7 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
         previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
         warm = next((a for a in previous if a.k == k), None)
     last = [-1]
+    run_started = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
         delta, last[0] = (done - last[0] if last[0] >= 0 else 0), done
@@ -183,6 +194,7 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
             Round.objects.filter(id=row.id).update(
                 train_steps_done=Least(F("train_steps_done") + delta, F("train_steps_total"))
             )
+            _measure_rate(row.id, seconds=time.perf_counter() - run_started, steps=done)
         if 2 * done >= total:  # crash tests: halfway through the adapter, its checkpoint written
             steppoints.reached("train", f"{row.project.name}-{arm}:{k}")
 
@@ -213,4 +225,25 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
     )
     if created:
         add_cost(round_id=row.id, step="training", seconds=trained.seconds, device=device_kind(), steps=trained.steps)
+        _run_finished(row.id, seconds=time.perf_counter() - run_started, steps=trained.steps)
     return adapter
+
+
+def _measure_rate(round_id: int, *, seconds: float, steps: int) -> None:
+    """The ETA's rate from this run so far, until a run of the round has finished (training.progress)."""
+    Round.objects.filter(id=round_id, train_runs_steps=0).update(
+        unit_seconds=seconds_per_unit(
+            finished_seconds=0.0, finished_units=0, current_seconds=seconds, current_units=steps
+        )
+    )
+
+
+def _run_finished(round_id: int, *, seconds: float, steps: int) -> None:
+    """A finished run's wall time, its start-up included (every run pays it again), joins the rate."""
+    if steps <= 0:
+        return
+    Round.objects.filter(id=round_id).update(
+        train_runs_seconds=F("train_runs_seconds") + seconds,
+        train_runs_steps=F("train_runs_steps") + steps,
+        unit_seconds=(F("train_runs_seconds") + seconds) / (F("train_runs_steps") + steps),
+    )

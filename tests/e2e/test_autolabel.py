@@ -25,7 +25,7 @@ def app_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     logs = tmp_path_factory.mktemp("autolabel-e2e")
     with LiveServer(kind="runserver", purpose="autolabel") as live:
         env = {**live.env, "ALANN_LOOP_OPTIONS": TEST_OPTIONS, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,io,gpu", "-c", "1"]
         cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", "e2e@%h", "--loglevel", "INFO"]
         log = (logs / "worker.log").open("ab")
         worker = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)

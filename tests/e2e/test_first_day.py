@@ -38,7 +38,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, 
     here trains), both on this run's own Redis database (REDIS_URL, claimed by tests/conftest.py)."""
     logs = tmp_path_factory.mktemp("first-day")
     with LiveServer(kind="runserver", purpose="firstday") as live:
-        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default", "-c", "1"]
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,io", "-c", "1"]
         cmd += ["--pool", "solo", "-n", "firstday@%h", "--loglevel", "INFO"]
         log = (logs / "worker.log").open("ab")
         worker = subprocess.Popen(cmd, cwd=ROOT, env=live.env, stdout=log, stderr=log, start_new_session=True)

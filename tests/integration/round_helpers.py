@@ -22,8 +22,11 @@ from tests import redis_owner
 
 ROOT = Path(__file__).resolve().parents[2]
 # Tiny and fast: 2 members, 3 training steps, 2 shards, checkpoints every step (so a kill mid-training
-# always finds one to resume from).
-TEST_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 3, "batch_size": 4, "checkpoint_every": 1}}'
+# always finds one to resume from); the comparison arms every round (the CPU profile's arms_every is 5).
+TEST_OPTIONS = (
+    '{"max_context": 192, "n_shards": 2, "arms_every": 1,'
+    ' "train": {"max_steps": 3, "batch_size": 4, "checkpoint_every": 1}}'
+)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> None:
@@ -83,9 +86,9 @@ class Workers:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, queues: str = "default,io,gpu") -> None:
         log = (self.log_dir / f"worker-{name}.log").open("ab")
-        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,gpu", "-c", "1"]
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "-c", "1"]
         cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", f"{name}@%h", "--loglevel", "INFO"]
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=log, start_new_session=True)
 

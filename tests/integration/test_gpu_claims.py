@@ -35,8 +35,14 @@ pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data, pytest.mar
 
 # Members of 30 steps (20 for the three of the kill test), a checkpoint after every step: long enough
 # to kill one mid-way, and for a worker to start while run-sync trains.
-SLOW_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 30, "batch_size": 4, "checkpoint_every": 1}}'
-KILL_OPTIONS = '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 20, "batch_size": 4, "checkpoint_every": 1}}'
+SLOW_OPTIONS = (
+    '{"max_context": 192, "n_shards": 2, "arms_every": 1,'
+    ' "train": {"max_steps": 30, "batch_size": 4, "checkpoint_every": 1}}'
+)
+KILL_OPTIONS = (
+    '{"max_context": 192, "n_shards": 2, "arms_every": 1,'
+    ' "train": {"max_steps": 20, "batch_size": 4, "checkpoint_every": 1}}'
+)
 KEYS = {"prod:0", "prod:1", "prod:2"}
 
 

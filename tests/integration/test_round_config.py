@@ -65,7 +65,7 @@ def test_workers_with_other_devices_and_options_read_the_same_frozen_config(monk
         192,
         3,
         4,
-        0,
+        4,  # the CPU profile's top 4 layers
     )
     assert row.config["profile"] == "cpu" and config.model_dir == "/models/m" and config.k == project.ensemble_k
     assert [lab.code for lab in config.prompt.labels] == ["Y", "N"]

@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data, pytest.mar
 
 # Slower training for the kill test: 24 steps of 4 prompts, a checkpoint after every step.
 CRASH_OPTIONS = (
-    '{"max_context": 192, "n_shards": 2, "train": {"max_steps": 24, "batch_size": 4, "checkpoint_every": 1}}'
+    '{"max_context": 192, "n_shards": 2, "arms_every": 1,'
+    ' "train": {"max_steps": 24, "batch_size": 4, "checkpoint_every": 1}}'
 )
 
 

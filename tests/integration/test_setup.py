@@ -102,6 +102,28 @@ def test_new_project_form_defaults_to_a_round_that_finishes_by_itself(ml: Client
         assert words in page  # human words and help text, not internal names
 
 
+def test_a_new_project_on_a_cpu_starts_with_the_quick_defaults(ml: Client, settings: Any) -> None:
+    """Issue 32, problem 5: new projects defaulted to K=4, batch 50 and two cold-start batches, and scored
+    the whole pool, which on a CPU made a round take minutes. Under the CPU profile (the default) the
+    setup page starts from one adapter, batches of 20, one cold-start round and 300 scored candidates;
+    under the GPU profile from the model's defaults."""
+    settings.LOOP_OPTIONS = {}
+    page = ml.get(reverse("setup_new")).content.decode()
+    for name, value in (("ensemble_k", 1), ("batch_size", 20), ("cold_start_batches", 1)):
+        assert f'name="{name}" value="{value}"' in page, name
+    quick = {"ensemble_k": 1, "batch_size": 20, "cold_start_batches": 1}
+    assert ml.post(reverse("setup_new"), form_data(**quick)).status_code == 302
+    project = Project.objects.get(name="news topics")
+    assert (project.ensemble_k, project.batch_size, project.cold_start_batches) == (1, 20, 1)
+    assert project.candidate_sample == 300
+
+    settings.LOOP_OPTIONS = {"profile": "gpu"}
+    page = ml.get(reverse("setup_new")).content.decode()
+    assert 'name="ensemble_k" value="4"' in page and 'name="batch_size" value="50"' in page
+    assert ml.post(reverse("setup_new"), form_data(name="on a gpu")).status_code == 302
+    assert Project.objects.get(name="on a gpu").candidate_sample == Project().candidate_sample
+
+
 def test_colliding_codes_name_the_labels_and_prefill_codes_that_work(ml: Client) -> None:
     data = form_data(labels_text="Sports | games | S\nScience | research | S\nPolitics | votes | P")
     response = ml.post(reverse("setup_new"), data)

@@ -29,7 +29,7 @@ from tests.integration.round_helpers import (
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data, pytest.mark.timeout(300)]
 
-SHARD_OPTIONS = '{"max_context": 192, "n_shards": 6, "train": {"max_steps": 2, "batch_size": 4}}'
+SHARD_OPTIONS = '{"max_context": 192, "n_shards": 6, "arms_every": 1, "train": {"max_steps": 2, "batch_size": 4}}'
 
 
 def _trained_project(shared_data: Path, tmp_path: Path, model_dir: Path) -> Any:

@@ -64,7 +64,7 @@ def device_ids(service: dict[str, Any]) -> list[str]:
 
 def test_compose_has_the_team_services_and_volumes() -> None:
     doc = compose()
-    assert set(doc["services"]) == {"migrate", "web", "worker", "gpu-worker-0", "redis", "postgres"}
+    assert set(doc["services"]) == {"migrate", "web", "worker", "io-worker", "gpu-worker-0", "redis", "postgres"}
     assert {"appdata", "models", "pgdata", "vllm-cache"} <= set(doc["volumes"])
     gpu = doc["services"]["gpu-worker-0"]
     assert gpu["build"]["args"]["EXTRAS"] == "gpu"
@@ -73,9 +73,15 @@ def test_compose_has_the_team_services_and_volumes() -> None:
 
 def test_every_app_command_goes_through_the_launcher_and_exists() -> None:
     services = app_services(compose()["services"])
-    assert set(services) == {"migrate", "web", "worker", "gpu-worker-0"}
+    assert set(services) == {"migrate", "web", "worker", "io-worker", "gpu-worker-0"}
     roles = {name: launcher_options(s).role for name, s in services.items()}
-    assert roles == {"migrate": "migrate", "web": "web", "worker": "worker", "gpu-worker-0": "gpu-worker"}
+    assert roles == {
+        "migrate": "migrate",
+        "web": "web",
+        "worker": "worker",
+        "io-worker": "io-worker",
+        "gpu-worker-0": "gpu-worker",
+    }
     management = {p.stem for p in (ROOT / "annotate" / "management" / "commands").glob("*.py")} | {"migrate"}
     for name, service in services.items():
         opts = launcher_options(service)
@@ -90,7 +96,7 @@ def test_every_app_command_goes_through_the_launcher_and_exists() -> None:
             assert f"{attr} =" in (ROOT / (module.replace(".", "/") + ".py")).read_text()
         else:
             assert argv[1:6] == ["-m", "celery", "-A", "config", "worker"], f"{name}: unexpected {argv}"
-            assert set(argv[argv.index("-Q") + 1].split(",")) <= {"default", "gpu"}
+            assert set(argv[argv.index("-Q") + 1].split(",")) <= set(processes.QUEUES)
 
 
 def test_migrate_runs_once_before_every_other_app_process() -> None:

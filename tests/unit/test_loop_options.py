@@ -17,8 +17,20 @@ def test_options_merge_over_the_profile_key_by_key() -> None:
     gpu = parse_loop_options({"profile": "gpu", "arms": False, "engine_options": {"b": 1, "a": 2}})
     assert gpu.max_context == GPU_PROFILE["max_context"] and gpu.train.max_steps == 48 and not gpu.arms
     assert gpu.train.top_layers == 8 and gpu.train.min_steps == 48
-    assert parse_loop_options({"profile": "cpu"}).train.top_layers == 0
+    cpu = parse_loop_options({"profile": "cpu"})
+    assert (cpu.train.top_layers, cpu.train.max_steps, cpu.train.batch_size, cpu.arms_every) == (4, 48, 16, 5)
+    assert (gpu.arms_every, parse_loop_options({"arms_every": 1}).arms_every) == (1, 1)
     assert gpu.engine_options == (("a", 2), ("b", 1))
+
+
+def test_the_cpu_profile_trains_the_comparison_arms_every_fifth_round() -> None:
+    """Issue 32, problem 5: the arms (two more adapters, two more test-set passes) every 5th round."""
+    from training.ensemble import is_arms_round
+
+    assert [n for n in range(1, 12) if is_arms_round(n, 5)] == [5, 10]
+    assert all(is_arms_round(n, 1) for n in range(1, 5))
+    with pytest.raises(ValueError, match="arms_every must be 1 or more"):
+        parse_loop_options({"arms_every": 0})
 
 
 def test_an_unknown_option_is_refused_with_the_known_ones() -> None:

@@ -21,13 +21,24 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_the_cpu_worker_takes_the_default_queue_one_message_at_a_time() -> None:
+def test_the_cpu_worker_takes_the_default_and_io_queues_one_message_at_a_time() -> None:
     argv = process_argv("worker")
     assert argv[:6] == [sys.executable, "-m", "celery", "-A", "config", "worker"]
-    assert (flag(argv, "-Q"), flag(argv, "--concurrency"), flag(argv, "--prefetch-multiplier")) == ("default", "2", "1")
+    assert (flag(argv, "-Q"), flag(argv, "--concurrency"), flag(argv, "--prefetch-multiplier")) == (
+        "default,io",
+        "2",
+        "1",
+    )
     assert flag(argv, "-n") == "cpu@%h"
     argv = process_argv("worker", concurrency=3, node="cpu2@%h", queues="default,gpu")
     assert (flag(argv, "-Q"), flag(argv, "--concurrency"), flag(argv, "-n")) == ("default,gpu", "3", "cpu2@%h")
+
+
+def test_the_io_worker_takes_imports_alone_one_at_a_time() -> None:
+    """Issue 32, problem 4: an import never waits behind a round's steps on the default queue."""
+    argv = process_argv("io-worker", concurrency=4)
+    assert (flag(argv, "-Q"), flag(argv, "--concurrency"), flag(argv, "-n")) == ("io", "1", "io@%h")
+    assert set(processes.demo_worker_argvs()) == {"worker", "io-worker", "gpu-worker"}
 
 
 def test_a_gpu_worker_runs_one_task_at_a_time_whatever_the_concurrency() -> None:

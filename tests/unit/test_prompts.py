@@ -118,3 +118,15 @@ def test_render_training_is_the_scoring_prompt_and_the_code(renderer: PromptRend
 def test_prefix_longer_than_the_context_is_rejected(load_tokenizer: Callable[[], Any]) -> None:
     with pytest.raises(ValueError, match="context tokens"):
         PromptRenderer(load_tokenizer(), SPEC, model_revision="rev1", max_context=64)
+
+
+def test_max_context_0_fits_the_prompt_instead_of_cutting_it(smollm2_dir: Path) -> None:
+    """The CPU profile's max_context 0 (issue 32, problem 5): an item the old 256-token cap cut short is
+    rendered whole, under the model's own window."""
+    from scoring.pipeline import make_renderer, model_window
+
+    long_item = "why is the sky blue " * 60  # ~300 tokens: more than 256 less the prefix
+    fitted, capped = make_renderer(smollm2_dir, SPEC, 0), make_renderer(smollm2_dir, SPEC, 256)
+    assert fitted.max_context == model_window(smollm2_dir) == 8192
+    assert fitted.render([long_item]).truncated.tolist() == [False]
+    assert capped.render([long_item]).truncated.tolist() == [True]

@@ -54,11 +54,13 @@ def test_sqlite_by_default_postgres_by_url() -> None:
 def test_celery_queues_and_gpu_routing() -> None:
     from config.celery import app
 
-    assert {q.name for q in app.conf.task_queues} == {"default", "gpu"}
+    assert {q.name for q in app.conf.task_queues} == {"default", "io", "gpu"}
     assert app.conf.task_acks_late is True
     assert app.conf.worker_prefetch_multiplier == 1
     assert app.amqp.router.route({}, "annotate.gpu.score_shard")["queue"].name == "gpu"
-    assert app.amqp.router.route({}, "annotate.import_run")["queue"].name == "default"
+    assert app.amqp.router.route({}, "annotate.round_begin")["queue"].name == "default"
+    for name in ("annotate.import_run", "annotate.imports_resume"):  # never behind a round (issue 32, 4)
+        assert app.amqp.router.route({}, name)["queue"].name == "io"
 
 
 def test_default_sqlite_folder_is_created(tmp_path: Path) -> None:
