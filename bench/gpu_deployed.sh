@@ -23,6 +23,10 @@
 #   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=4 GPU_SHARE=0.1 DEADLINE=620 SIM_SEEDS=3 \
 #     SIM_LIMIT=700 THROUGHPUT=1:12000,2:30000,4:100000 KILL=1 PARITY=1 PARITY_BUDGET=200 bash bench/gpu_deployed.sh stage
 #
+# Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
+# Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
+# `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
+#
 # run (started by stage, detached with setsid so that it outlives the call): Redis and PostgreSQL (as
 # user nobody; SQLite if PostgreSQL does not start), then bench/deployed_loop.py from a copy of the
 # tree (a later call's fresh copy of the working tree cannot change the code under running processes).
