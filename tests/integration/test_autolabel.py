@@ -102,7 +102,7 @@ def test_drifted_prefix_refuses_auto_accept(shared_data: Path, tiny_llama_dir: P
 def test_dead_letters_are_written_and_retried(shared_data: Path, tiny_llama_dir: Path, tmp_path: Path) -> None:
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir, mass_threshold=0.5)
     long_file = tmp_path / "long.csv"
-    long_file.write_text("id,text\nlong1," + "why is the sky blue " * 200 + "\n")
+    long_file.write_text("id,text\nlong1," + "why is the sky blue " * 600 + "\n")  # past a 2,048-token window
     import_items(project=project, path=long_file)
     calibrated(project, cascade="none")
     first = run(project)
