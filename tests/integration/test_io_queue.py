@@ -14,6 +14,7 @@ import pytest
 from annotate.models import ImportJob, Item, Round
 from annotate.services.imports import import_create
 from annotate.services.rounds import round_request_retrain, round_request_start
+from devtools.stall import stall_env
 from tests.integration.round_helpers import (
     TEST_OPTIONS,
     annotator,
@@ -35,8 +36,8 @@ def test_an_upload_completes_while_the_round_trains(
     use_loop_options(monkeypatch, settings, TEST_OPTIONS)
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
-    monkeypatch.setenv("ALANN_TEST_STALL", "train")
-    monkeypatch.setenv("ALANN_TEST_STALL_DIR", str(stall_dir))
+    for name, value in stall_env("train", stall_dir).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("ALANN_TEST_STALL_S", "300")  # longer than the test: the round is still training at its end
     with live_loop(tmp_path, settings, django_db_blocker) as workers:
         workers.start("busy", queues="default,gpu")  # the round's worker: never takes an import
