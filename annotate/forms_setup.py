@@ -12,11 +12,12 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator, validate_email
 from django.http import QueryDict
 
 from annotate.loopconfig import new_project_defaults
 from annotate.models import Label, Project
+from annotate.services.notify import email_addresses
 from annotate.services.projects import LabelInput
 from scoring.strategies import STRATEGIES
 
@@ -204,6 +205,8 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "show_suggestion",
             "auto_retrain_share",
             "lead_adjudicates_own",
+            "notify_webhook_url",
+            "notify_emails",
         ]
         labels = {
             "name": "Project name",
@@ -225,6 +228,8 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "show_suggestion": "Show the model's suggestion to annotators",
             "auto_retrain_share": "Start training when this share of the batch is done",
             "lead_adjudicates_own": "Leads may decide items they labelled themselves",
+            "notify_webhook_url": "Webhook URL",
+            "notify_emails": "Email addresses",
         }
         help_texts = {
             "name": "Shown to everyone on the project, annotators included.",
@@ -258,6 +263,9 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "auto_retrain_share": "0–1. 1: the round trains by itself when every batch item is labelled, decided "
             "or returned; 0.8: at 80 %; 0: only when ML staff press “Retrain now”.",
             "lead_adjudicates_own": "Off by default: a lead who labelled an item is not its judge.",
+            "notify_webhook_url": "Optional. An http:// or https:// address that gets a JSON POST when a round "
+            "finishes or fails and when a batch's remaining items wait for a lead.",
+            "notify_emails": "Optional. Comma-separated addresses that get the same notices by email.",
         }
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 8}), "instructions": forms.Textarea(attrs={"rows": 3})}
 
@@ -311,6 +319,27 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_model_dir(self) -> str:
         return str(self.cleaned_data.get("model_dir") or "").strip()
+
+    def clean_notify_webhook_url(self) -> str:
+        url = str(self.cleaned_data.get("notify_webhook_url") or "").strip()
+        if not url:
+            return ""
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in ("http", "https"):
+            shown = f"“{scheme}://”" if scheme else "none"
+            raise ValidationError(f"the webhook URL must start with http:// or https:// (its scheme: {shown})")
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise ValidationError(f"“{url}” is not a valid http(s) URL") from None
+        return url
+
+    def clean_notify_emails(self) -> str:
+        addresses = email_addresses(str(self.cleaned_data.get("notify_emails") or ""))
+        bad = [a for a in addresses if not _valid_email(a)]
+        if bad:
+            raise ValidationError(f"not an email address: {', '.join(bad)}")
+        return ", ".join(addresses)
 
     def clean_labels_text(self) -> list[LabelInput]:
         return parse_label_lines(self.cleaned_data["labels_text"])
@@ -401,6 +430,14 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         if not self.instance.pk:  # the profile's defaults the page has no field for (candidate_sample)
             fields.update({k: v for k, v in new_project_defaults().items() if k not in fields})
         return fields
+
+
+def _valid_email(address: str) -> bool:
+    try:
+        validate_email(address)
+    except ValidationError:
+        return False
+    return True
 
 
 STRATEGY_NAMES = {

@@ -72,6 +72,10 @@ class Project(models.Model):
     test_set_size = models.PositiveIntegerField(default=500)
     # Set: the project leaves the home page's list (ML staff find it under "Archived"); nothing is deleted.
     archived_at = models.DateTimeField(null=True, blank=True)
+    # Notifications (annotate/services/notify.py) when a round finishes or reviews wait: a JSON POST to
+    # this URL and/or an email to these addresses (comma-separated). Empty: none.
+    notify_webhook_url = models.CharField(max_length=500, blank=True)
+    notify_emails = models.CharField(max_length=1000, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -800,6 +804,70 @@ class LabelSuspect(models.Model):
         ]
 
 
+class NotificationDelivery(models.Model):
+    """One notification to one channel (a webhook POST or an email), sent by a task on the ``io`` queue
+    with retries (annotate/services/notify.py). One row per (round, event, channel): a redelivered
+    message or a second finish of the same round never notifies twice. A failing receiver only ever
+    fails its row (status, attempts, last error), never the round."""
+
+    class Event(models.TextChoices):
+        ROUND_DONE = "round_done", "round finished"
+        ROUND_FAILED = "round_failed", "round failed"
+        REVIEWS_WAITING = "reviews_waiting", "reviews wait for a lead"
+
+    class Channel(models.TextChoices):
+        WEBHOOK = "webhook"
+        EMAIL = "email"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # queued, or waiting for its next retry
+        SENT = "sent"
+        FAILED = "failed"  # every attempt failed
+
+    project = models.ForeignKey(Project, related_name="notifications", on_delete=models.CASCADE)
+    round = models.ForeignKey(Round, related_name="notifications", on_delete=models.CASCADE)
+    event = models.CharField(max_length=16, choices=Event.choices)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    target = models.CharField(max_length=1000)  # the URL, or the comma-separated addresses
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["round", "event", "channel"], name="notification_once_per_round"),
+        ]
+
+
+class ExportSnapshot(models.Model):
+    """The labels export as it stood when a round finished (annotate/services/snapshots.py): written
+    once to EXPORT_DIR, never rewritten; one per round. A snapshot that could not be written keeps
+    its error here (the round is not failed for it)."""
+
+    class Status(models.TextChoices):
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, related_name="snapshots", on_delete=models.CASCADE)
+    round = models.OneToOneField(Round, related_name="snapshot", on_delete=models.CASCADE)
+    status = models.CharField(max_length=8, choices=Status.choices)
+    fmt = models.CharField(max_length=8, default="jsonl")
+    path = models.CharField(max_length=1000, blank=True)
+    rows = models.PositiveIntegerField(default=0)
+    size_bytes = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    model_version = models.CharField(max_length=64, blank=True)  # the round's prod adapter set ("": none)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-round__number"]
+
+
 __all__ = [
     "AdapterVersion",
     "Adjudication",
@@ -813,6 +881,7 @@ __all__ = [
     "BulkAction",
     "Calibration",
     "DeadLetter",
+    "ExportSnapshot",
     "GoldItem",
     "ImportJob",
     "Item",
@@ -820,6 +889,7 @@ __all__ = [
     "Label",
     "LabelSuspect",
     "Lease",
+    "NotificationDelivery",
     "Prediction",
     "Project",
     "ProjectMembership",

@@ -106,6 +106,29 @@ def imports_resume() -> int:
     return imports_resume_all()
 
 
+@shared_task(name="annotate.round_finished", **RETRY)
+def round_finished(round_id: int) -> int:
+    from annotate.services.notify import round_finished_run
+
+    return len(round_finished_run(round_id=round_id))
+
+
+@shared_task(name="annotate.notify_deliver", bind=True, acks_late=True)
+def notify_deliver(self: Task, delivery_id: int) -> str:
+    """One notification; a failed send is retried NOTIFY_RETRIES times, waiting NOTIFY_BACKOFF_S,
+    then twice as long each time; after the last the delivery is marked failed."""
+    from django.conf import settings
+
+    from annotate.services.notify import DeliveryFailed, notification_attempt
+
+    retries = settings.NOTIFY_RETRIES
+    try:
+        return notification_attempt(delivery_id=delivery_id, last=self.request.retries >= retries).status
+    except DeliveryFailed as exc:
+        countdown = settings.NOTIFY_BACKOFF_S * 2**self.request.retries
+        raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from exc
+
+
 @shared_task(name="annotate.gpu.engine_warm")
 def engine_warm(kind: str) -> dict[str, Any]:
     from annotate.services.scoring import engine_warm as warm

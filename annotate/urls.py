@@ -57,6 +57,7 @@ urlpatterns = [
     path("p/<int:project_id>/import/", data.import_upload, name="import_upload"),
     path("p/<int:project_id>/import/<int:job_id>/", data.import_status, name="import_status"),
     path("p/<int:project_id>/export/", data.export_page, name="export_page"),
+    path("p/<int:project_id>/export/snapshots/<int:snapshot_id>/", data.export_snapshot, name="export_snapshot"),
     re_path(
         r"^p/(?P<project_id>\d+)/export/(?P<what>labels|predictions)\.(?P<fmt>csv|jsonl)$",
         data.export_download,

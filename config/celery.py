@@ -1,8 +1,8 @@
-"""The Celery app. Queues: ``default`` (planning, selection, embeddings, bookkeeping), ``io``
-(imports: they never wait behind a round's steps, issue 32 problem 4) and ``gpu`` (scoring and
-training; one worker per GPU, or two per GPU for the hf engine with the loop option ``n_shards: 2``:
-a round's members and score shards are separate tasks). Exports stream from the web process. The workers' command lines
-are config/processes.py's."""
+"""The Celery app. Queues: ``default`` (planning, selection, embeddings, bookkeeping), ``io`` (imports,
+a finished round's export snapshot and notifications: they never wait behind a round's steps, issue 32
+problem 4) and ``gpu`` (scoring and training; one worker per GPU, or two per GPU for the hf engine with
+the loop option ``n_shards: 2``: a round's members and score shards are separate tasks). Downloads stream
+from the web process. The workers' command lines are config/processes.py's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ app.conf.task_queues = (Queue("default"), Queue("io"), Queue("gpu"))
 app.conf.task_default_queue = "default"
 # An upload made while a round trains must not sit behind it: imports have their own queue, read by the
 # io-worker and by the plain worker (so a one-worker install still imports).
-IO_TASKS = ("annotate.import_run", "annotate.imports_resume")
+# A finished round's export snapshot and notifications go there too: they never wait behind a round.
+IO_TASKS = ("annotate.import_run", "annotate.imports_resume", "annotate.round_finished", "annotate.notify_deliver")
 app.conf.task_routes = {"annotate.gpu.*": {"queue": "gpu"}, **{name: {"queue": "io"} for name in IO_TASKS}}
 # A GPU task holds an engine for minutes: take one message at a time and acknowledge it only when
 # done, so a killed worker's task is redelivered instead of lost (every task is idempotent).

@@ -178,6 +178,17 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 
+# Notifications (annotate/services/notify.py): a webhook POST and/or an email per project. The email
+# backend is Django's (SMTP unless EMAIL_BACKEND says otherwise: the console backend prints them).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(VAR_DIR / "emails"))  # the file-based backend's folder
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "alann@localhost")
+NOTIFY_TIMEOUT_S = float(os.environ.get("ALANN_NOTIFY_TIMEOUT_S", "10"))  # a receiver slower than this failed
+NOTIFY_RETRIES = int(os.environ.get("ALANN_NOTIFY_RETRIES", "5"))  # then the delivery is marked failed
+NOTIFY_BACKOFF_S = float(os.environ.get("ALANN_NOTIFY_BACKOFF_S", "30"))  # first retry's wait, doubled each time
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -42,15 +42,16 @@ def _databases(spec: str) -> range:
 
 DATABASES = _databases(os.environ.get("TEST_REDIS_DATABASES", "1-15"))  # Redis' default 16; 0 is the app's
 
-# The keys a test run writes: Celery's queues (the app's "default" and "gpu", with kombu's priority
+# The keys a test run writes: Celery's queues (the app's "default", "io" and "gpu", with kombu's priority
 # suffix \x06\x16N) and results, kombu's bindings and unacked bookkeeping, control replies
 # (*.celery.pidbox), each worker's direct queue (<node>.dq2: config/celery.py's worker_direct), the engine
 # start lock (scoring/engines/start_lock.py) and the claim itself.
 # Lua: a key is a test run's when it equals one of EXACT or starts with one of PREFIXES.
 TEST_RUN_KEYS = """
-local EXACT = {['default']=1, ['gpu']=1, ['celery']=1, ['unacked']=1, ['unacked_index']=1, ['unacked_mutex']=1}
+local EXACT = {['default']=1, ['io']=1, ['gpu']=1, ['celery']=1,
+  ['unacked']=1, ['unacked_index']=1, ['unacked_mutex']=1}
 local PREFIXES = {'_kombu.', 'celery-task-meta-', 'celery-taskset-meta-', 'chord-unlock', 'alann:engine-start',
-  'alann:test-run:', 'default\6\22', 'gpu\6\22', 'celery\6\22'}
+  'alann:test-run:', 'default\6\22', 'io\6\22', 'gpu\6\22', 'celery\6\22'}
 local function ours(key)
   if EXACT[key] then return true end
   if string.sub(key, -14) == '.celery.pidbox' then return true end

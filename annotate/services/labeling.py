@@ -43,6 +43,7 @@ from annotate.models import (
 )
 from annotate.services.batch_rows import batch_rows_done
 from annotate.services.history import event_record
+from annotate.services.notify import reviews_may_wait
 
 Queue = Literal["batch", "test"]
 QUEUES: tuple[Queue, ...] = ("batch", "test")
@@ -443,6 +444,7 @@ def label_submit(
             auto_retrain=True,
             now=now,
         )
+        reviews_may_wait(item.project)
         return annotation
 
 
@@ -477,6 +479,7 @@ def label_submit_and_next(
             auto_retrain=project.auto_retrain_share > 0,  # the hook reads the round only to find it off
             now=now,
         )
+        reviews_may_wait(project)
         # A label that used up the annotator's lease leaves them holding none (one lease per annotator
         # per project): no held item to look for. A repeat or a revision may leave them one.
         return annotation, _claim(project=project, annotator=annotator, queue=queue, now=now, may_hold=not released)
@@ -541,6 +544,7 @@ def skip_submit(*, item: Item, annotator: Any, reason: str = "") -> Skip:
             skip.reason = reason
             skip.save(update_fields=["reason"])
         Lease.objects.filter(item=item, annotator=annotator).delete()
+        reviews_may_wait(item.project)
         return skip
 
 

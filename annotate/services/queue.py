@@ -3,9 +3,12 @@ never import annotate/tasks.py (the tasks import the services), so the import gr
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
+
+log = logging.getLogger(__name__)
 
 
 def registered(task: str) -> Any:
@@ -18,7 +21,17 @@ def registered(task: str) -> Any:
     return current_app.tasks[task]
 
 
-def send_on_commit(task: str, *args: Any) -> None:
+def send_on_commit(task: str, *args: Any, best_effort: bool = False) -> None:
     """``task`` (a name in annotate/tasks.py) with ``args``, sent after commit. Honours
-    CELERY_TASK_ALWAYS_EAGER (runs in this process) like ``Task.delay`` does."""
-    transaction.on_commit(lambda: registered(task).apply_async(args=args))
+    CELERY_TASK_ALWAYS_EAGER (runs in this process) like ``Task.delay`` does. ``best_effort``: a
+    failure to send (no broker) is logged, not raised, for work the caller must not fail for."""
+
+    def send() -> None:
+        try:
+            registered(task).apply_async(args=args)
+        except Exception:
+            if not best_effort:
+                raise
+            log.exception("%s%s was not sent", task, args)
+
+    transaction.on_commit(send)

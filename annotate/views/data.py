@@ -9,15 +9,16 @@ from pathlib import Path
 from django import forms
 from django.conf import settings
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from annotate.access import role_required
 from annotate.forms_data import ExportForm
-from annotate.models import ImportJob, Project
+from annotate.models import ExportSnapshot, ImportJob, Project
 from annotate.roles import LEAD, ML
+from annotate.selectors.notify import round_snapshots
 from annotate.selectors.projects import test_set_state
 from annotate.services.exports import export_labels, export_predictions
 from annotate.services.exports_dataset import DATASET_COLUMNS, export_dataset, export_dataset_parquet
@@ -123,8 +124,22 @@ def export_page(request: HttpRequest, project_id: int) -> HttpResponseBase:
             else export_dataset(project=project, fmt=fmt, spec=form.spec())
         )
         return _streamed(body, project=project, name="labels", fmt=fmt)
-    context = {"project": project, "form": form, "columns": DATASET_COLUMNS}
+    snapshots = round_snapshots(project=project)
+    context = {"project": project, "form": form, "columns": DATASET_COLUMNS, "snapshots": snapshots}
     return render(request, "annotate/export.html", context, status=400 if bound else 200)
+
+
+@role_required(ML, LEAD)
+def export_snapshot(request: HttpRequest, project_id: int, snapshot_id: int) -> FileResponse:
+    """A round's export snapshot, as written when the round finished."""
+    snapshot = get_object_or_404(
+        ExportSnapshot, pk=snapshot_id, project_id=project_id, status=ExportSnapshot.Status.DONE
+    )
+    path = Path(snapshot.path)
+    if not path.is_file():
+        raise Http404("the snapshot's file is gone from the export folder")
+    name = f"project{project_id}-round{snapshot.round.number}-labels.{snapshot.fmt}"
+    return FileResponse(path.open("rb"), as_attachment=True, filename=name, content_type=DOWNLOADS[snapshot.fmt][0])
 
 
 @role_required(ML, LEAD)

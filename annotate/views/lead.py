@@ -13,6 +13,7 @@ from annotate.models import Item, Project
 from annotate.roles import LEAD, ML
 from annotate.selectors import agreement
 from annotate.selectors.history import undoable_decision
+from annotate.selectors.people import people_stats
 from annotate.selectors.progress import current_batch
 from annotate.selectors.review import QUEUES, item_for_lead, queue_counts, queue_items
 from annotate.services.history import UndoRefused, decision_undo
@@ -167,5 +168,6 @@ def lead_agreement(request: HttpRequest, project_id: int) -> HttpResponse:
         "summary": summary,
         "pair": pair,
         "throughput": agreement.throughput(project=project),
+        "people": people_stats(project=project),
     }
     return render(request, "annotate/lead_agreement.html", context)

@@ -15,6 +15,7 @@ from annotate.access import role_required
 from annotate.forms_setup import ProjectDeleteForm, ProjectSetupForm
 from annotate.models import Project
 from annotate.roles import ML
+from annotate.selectors.notify import recent_deliveries
 from annotate.selectors.projects import setup_progress, test_set_state
 from annotate.services.projects import ProjectError, TestSetRedraw, project_create
 from annotate.services.projects import project_archive as project_archive_service
@@ -30,7 +31,14 @@ def guidelines_html(text: str) -> str:
 def _render(request: HttpRequest, form: ProjectSetupForm, project: Project | None) -> HttpResponse:
     preview = guidelines_html(form["guidelines"].value() or "")
     test_set = test_set_state(project=project) if project is not None else None
-    context = {"form": form, "project": project, "guidelines_preview": preview, "test_set": test_set}
+    deliveries = recent_deliveries(project=project) if project is not None else []
+    context = {
+        "form": form,
+        "project": project,
+        "guidelines_preview": preview,
+        "test_set": test_set,
+        "deliveries": deliveries,
+    }
     if request.htmx:  # type: ignore[attr-defined]  # htmx swaps only 2xx answers: the form with its error summary comes back as 200
         return render(request, "annotate/setup.html#setup-card", context)
     status = 400 if form.is_bound and form.errors else 200

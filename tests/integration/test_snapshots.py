@@ -1,0 +1,92 @@
+"""Issue 32, versioned export snapshots: a finished round's labels export is written once, with its
+row count, sha256 and model version; a second finish returns the same snapshot; a snapshot that
+cannot be written is recorded as failed and the round stays done."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from annotate.models import AdapterVersion, Annotation, ExportSnapshot, Item, Label, Round
+from annotate.selectors.loop import prod_set_hash
+from annotate.services.projects import LabelInput, project_create
+from annotate.services.round_state import S, round_transition
+from annotate.services.snapshots import snapshot_write
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+@pytest.fixture
+def finished(settings: Any, tmp_path: Path) -> Round:
+    settings.EXPORT_DIR = tmp_path / "exports"
+    project = project_create(name="snap", labels=[LabelInput("pos", "A"), LabelInput("neg", "B")])
+    pos = Label.objects.filter(project=project).first()
+    ann = User.objects.create_user("ann")
+    for n in range(3):
+        item = Item.objects.create(project=project, external_id=f"i{n}", text=f"-2+{n} text", text_hash=f"h{n}")
+        Annotation.objects.create(item=item, annotator=ann, label=pos)
+    row = Round.objects.create(project=project, number=1, status=S.DONE)
+    AdapterVersion.objects.create(project=project, round=row, arm="prod", k=0, path="/a", content_hash="c" * 64)
+    return row
+
+
+def test_a_snapshot_is_written_once_with_its_hash(finished: Round, settings: Any) -> None:
+    snapshot = snapshot_write(round_id=finished.id)
+
+    assert (snapshot.status, snapshot.rows, snapshot.fmt) == ("done", 3, "jsonl")
+    data = Path(snapshot.path).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == snapshot.sha256 and len(data) == snapshot.size_bytes
+    rows = [json.loads(line) for line in data.decode().splitlines()]
+    assert [r["item_id"] for r in rows] == ["i0", "i1", "i2"]
+    assert rows[0]["annotations"] == {"ann": "pos"}
+    assert snapshot.model_version == prod_set_hash(project=finished.project) != ""  # the round's prod adapters
+
+    Annotation.objects.filter(item__project=finished.project).delete()  # labels change after the round...
+    again = snapshot_write(round_id=finished.id)
+    assert (again.pk, again.path, again.sha256) == (snapshot.pk, snapshot.path, snapshot.sha256)  # ...the snapshot not
+    assert Path(snapshot.path).read_bytes() == data
+    assert len(list(Path(settings.EXPORT_DIR).rglob("*"))) == 2  # its folder and the one file
+
+
+def test_a_failed_write_is_recorded_and_retried(finished: Round, settings: Any, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the export folder should be")
+    settings.EXPORT_DIR = blocker
+
+    failed = snapshot_write(round_id=finished.id)
+
+    assert failed.status == "failed" and "Error" in failed.error
+    assert Round.objects.get(id=finished.id).status == "done"
+    settings.EXPORT_DIR = tmp_path / "exports"
+    retried = snapshot_write(round_id=finished.id)
+    assert (retried.pk, retried.status, retried.rows, retried.error) == (failed.pk, "done", 3, "")
+    assert ExportSnapshot.objects.count() == 1
+
+
+def test_finishing_a_round_sends_its_snapshot_task(finished: Round, django_capture_on_commit_callbacks: Any) -> None:
+    Round.objects.filter(id=finished.id).update(status=S.EVALUATING)
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    class Recorder:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def apply_async(self, args: tuple[Any, ...]) -> None:
+            sent.append((self.name, tuple(args)))
+
+    import annotate.services.queue as queue
+
+    original = queue.registered
+    queue.registered = Recorder  # type: ignore[assignment]
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert round_transition(finished.id, S.EVALUATING, S.DONE)
+            assert not round_transition(finished.id, S.EVALUATING, S.DONE)  # the second move is no move: no message
+    finally:
+        queue.registered = original
+    assert sent == [("annotate.round_finished", (finished.id,))]
