@@ -56,7 +56,7 @@ def test_accuracy_overrule_rate_and_speed_per_annotator() -> None:
 
 def test_a_long_pause_is_not_labelling_time() -> None:
     project = project_create(name="pause", labels=[LabelInput("pos", "A"), LabelInput("neg", "B")])
-    pos = Label.objects.filter(project=project).first()
+    pos = Label.objects.filter(project=project).order_by("order")[0]
     ann = User.objects.create_user("ann")
     start = timezone.now() - timedelta(hours=2)
     for n, at in enumerate([0, 8, 3600]):  # the third label came after an hour's break

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 def finished(settings: Any, tmp_path: Path) -> Round:
     settings.EXPORT_DIR = tmp_path / "exports"
     project = project_create(name="snap", labels=[LabelInput("pos", "A"), LabelInput("neg", "B")])
-    pos = Label.objects.filter(project=project).first()
+    pos = Label.objects.filter(project=project).order_by("order")[0]
     ann = User.objects.create_user("ann")
     for n in range(3):
         item = Item.objects.create(project=project, external_id=f"i{n}", text=f"-2+{n} text", text_hash=f"h{n}")
