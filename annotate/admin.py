@@ -230,3 +230,21 @@ class BatchApiAnswerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("prompt_version",)
     search_fields = ("item__external_id", "prompt_version")
     raw_id_fields = ("item", "label")
+
+
+@admin.register(models.NotificationDelivery)
+class NotificationDeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Webhook and email notices (annotate/services/notify.py): sent by the io worker; read here."""
+
+    list_display = ("project", "round", "event", "channel", "status", "attempts", "created_at", "sent_at")
+    list_filter = ("event", "channel", "status")
+    search_fields = ("project__name", "target", "last_error")
+
+
+@admin.register(models.ExportSnapshot)
+class ExportSnapshotAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A finished round's labels export (annotate/services/snapshots.py): written once, read here."""
+
+    list_display = ("project", "round", "status", "rows", "sha256", "model_version", "created_at")
+    list_filter = ("status",)
+    search_fields = ("project__name", "sha256", "error")

@@ -515,7 +515,8 @@ class WorkClaim(models.Model):
     """A unit of a round's work other than a score shard, claimed like one (annotate/services/claims.py)
     so that one live process does it: planning (``plan``), choosing the batch (``select``), freezing
     the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), the evaluation
-    (``evaluate``), and ``drive``: the whole round held by a synchronous driver (``round run-sync``,
+    (``evaluate``), ``finish`` (once the round is done or failed: its export snapshot and its
+    notifications), and ``drive``: the whole round held by a synchronous driver (``round run-sync``,
     the simulation), which workers then leave alone."""
 
     class Kind(models.TextChoices):
@@ -525,6 +526,7 @@ class WorkClaim(models.Model):
         TRAIN = "train"
         EVALUATE = "evaluate"
         DRIVE = "drive"
+        FINISH = "finish"  # after done or failed: the export snapshot and notifications (io queue)
 
     Status = WorkStatus
 

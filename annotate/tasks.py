@@ -28,10 +28,12 @@ class RoundTask(Task):  # type: ignore[misc]
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         from annotate.services.round_state import round_fail
+        from annotate.services.rounds import round_advance
 
         round_id = args[0] if args else kwargs.get("round_id")
         if round_id is not None:
             round_fail(round_id=int(round_id), reason=f"{self.name}: {type(exc).__name__}: {exc}")
+            round_advance(int(round_id))  # a failed round's finish: its notifications
 
 
 @shared_task(name="annotate.import_run")

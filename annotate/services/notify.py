@@ -7,7 +7,8 @@ by ``annotate.notify_deliver`` on the ``io`` queue with retries. A receiver that
 answers an error fails its own row (status, attempts, last error: the setup page lists them) and
 nothing else: the round has finished before anything is sent.
 
-``round_finished_run`` is what ``annotate.round_finished`` runs once a round is done or failed: the
+``round_finished_run`` is the round flow's last unit (``round_advance`` dispatches it once a round is
+done or failed; ``annotate.round_finished`` on the io queue, or the synchronous driver, runs it): the
 round's export snapshot (annotate/services/snapshots.py), then the notifications, which name it.
 """
 
@@ -26,8 +27,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from annotate.models import ExportSnapshot, NotificationDelivery, Project, Round
+from annotate.models import ExportSnapshot, NotificationDelivery, Project, Round, WorkClaim
 from annotate.selectors.progress import batch_status, labeling_round
+from annotate.services import claims
 from annotate.services.queue import send_on_commit
 from annotate.services.snapshots import snapshot_write
 
@@ -73,7 +75,7 @@ def notifications_queue(*, round: Round, event: str, payload: dict[str, Any]) ->
         except IntegrityError:  # a racing caller created it between the read and the write
             continue
         if new:
-            send_on_commit("annotate.notify_deliver", row.pk)
+            send_on_commit("annotate.notify_deliver", row.pk, best_effort=True)  # no broker: the row stays pending
             created.append(row)
     return created
 
@@ -107,14 +109,20 @@ def _round_payload(row: Round, snapshot: ExportSnapshot | None) -> dict[str, Any
 
 
 def round_finished_run(*, round_id: int) -> list[NotificationDelivery]:
-    """After a round is done or failed: its export snapshot (done rounds; a failure is recorded on the
-    snapshot, never raised), then its notifications. Idempotent."""
+    """After a round is done or failed (the round flow's ``finish`` unit, claimed like any other): its
+    export snapshot (done rounds; a failed write is recorded on the snapshot, never raised), then its
+    notifications. Idempotent: a second run finds both."""
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status not in (Round.Status.DONE, Round.Status.FAILED):
         return []
-    snapshot = snapshot_write(round_id=row.pk) if row.status == Round.Status.DONE else None
-    payload = _round_payload(row, snapshot)
-    return notifications_queue(round=row, event=payload["event"], payload=payload)
+
+    def finish() -> list[NotificationDelivery]:
+        snapshot = snapshot_write(round_id=row.pk) if row.status == Round.Status.DONE else None
+        payload = _round_payload(row, snapshot)
+        return notifications_queue(round=row, event=payload["event"], payload=payload)
+
+    rows = claims.work_rows(row.pk, WorkClaim.Kind.FINISH)
+    return claims.run_claimed(rows, round_id=row.pk, what="the round's finish", step=finish) or []
 
 
 def reviews_waiting_check(*, project_id: int) -> list[NotificationDelivery]:

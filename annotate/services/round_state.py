@@ -1,6 +1,5 @@
 """A round's bookkeeping, shared by every round service: the guarded status move, failing a round,
-its cost, and its folders. Imports only the models (and the task sender), so any service may import it
-and it imports no other service.
+its cost, and its folders. Imports only the models, so any service may import it and it imports none.
 
 Statuses and the allowed moves are on the model (``Round.Status``, ``Round.TRANSITIONS``).
 """
@@ -16,7 +15,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.models import Round
-from annotate.services.queue import send_on_commit
 from scoring.files import atomic_write_json
 
 S = Round.Status
@@ -39,8 +37,6 @@ def round_transition(round_id: int, from_status: str, to_status: str, **fields: 
     moved = Round.objects.filter(id=round_id, status=from_status).update(
         status=to_status, updated_at=timezone.now(), **fields
     )
-    if moved and to_status == S.DONE:
-        _finished(round_id)
     return moved == 1
 
 
@@ -49,16 +45,7 @@ def round_fail(*, round_id: int, reason: str) -> bool:
     moved = Round.objects.filter(id=round_id, status__in=Round.ACTIVE_STATUSES).update(
         status=S.FAILED, failure_reason=reason[:MAX_REASON], finished_at=timezone.now(), updated_at=timezone.now()
     )
-    if moved:
-        _finished(round_id)
     return moved == 1
-
-
-def _finished(round_id: int) -> None:
-    """Once the round's last move commits: its export snapshot and notifications
-    (``annotate.round_finished``, on the io queue). Best effort: a broker that cannot take the message
-    costs those, never the round."""
-    send_on_commit("annotate.round_finished", round_id, best_effort=True)
 
 
 def add_cost(*, round_id: int, step: str, seconds: float, device: str, **counts: float) -> None:

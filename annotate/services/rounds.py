@@ -3,6 +3,7 @@ order of a round's steps.
 
     pending  ─plan→  scoring  ─score every shard→  selecting  ─select→  labeling  ─(request)→  training
     ─train plan, then every adapter→  evaluating  ─evaluate→  done                 (any active → failed)
+    done or failed  ─finish→  (the export snapshot and the notifications: annotate/services/notify.py)
 
 A round whose selection finds the pool fully labelled goes selecting → training with no batch
 (``pool_exhausted``: the final model, from scratch; the project's last round until more items are
@@ -36,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from annotate.loopconfig import config_fingerprint, freeze_config
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.selectors import rounds as rounds_sel
-from annotate.services import claims, evaluation, planning, scoring, selection, training
+from annotate.services import claims, evaluation, notify, planning, scoring, selection, training
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
 from annotate.services.workers import on_this_host, worker_alive, worker_id
@@ -223,6 +224,7 @@ STEPS: dict[str, Callable[..., object]] = {
     "annotate.round_plan_training": lambda r: training.training_plan_run(round_id=r),
     "annotate.gpu.train_adapter": lambda r, arm, k: training.train_adapter_run(round_id=r, arm=arm, k=k),
     "annotate.gpu.round_evaluate": lambda r: evaluation.round_evaluate_run(round_id=r),
+    "annotate.round_finished": lambda r: notify.round_finished_run(round_id=r),
 }
 
 
@@ -253,7 +255,9 @@ def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
         ]
     if row.status == S.EVALUATING:
         return [(Work("annotate.gpu.round_evaluate", (rid,)), claims.work_rows(rid, K.EVALUATE))]
-    return []  # labeling waits for people; done and failed for nothing
+    if row.status in (S.DONE, S.FAILED):
+        return [(Work("annotate.round_finished", (rid,)), claims.work_rows(rid, K.FINISH))]
+    return []  # labeling waits for people
 
 
 def _settle(row: Round) -> None:
@@ -307,7 +311,13 @@ def round_resume(*, round_id: int) -> list[Work]:
 
 
 def rounds_resume_all() -> int:
-    ids = list(Round.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True))
+    """Resume every active round, and every finished one whose finish (snapshot, notifications) is not done."""
+    unfinished = WorkClaim.objects.filter(kind=K.FINISH).exclude(status=WorkClaim.Status.DONE)
+    ids = list(
+        Round.objects.filter(Q(status__in=ACTIVE_STATUSES) | Q(id__in=unfinished.values("round_id"))).values_list(
+            "id", flat=True
+        )
+    )
     for round_id in ids:
         round_resume(round_id=round_id)
     return len(ids)
@@ -379,6 +389,10 @@ def _heartbeat(rows: QuerySet[WorkClaim], me: str, stop: threading.Event) -> Non
         connection.close()  # this thread's own connection
 
 
+def _run_here(unit: Work) -> None:
+    STEPS[unit.task](*unit.args)
+
+
 def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DONE, S.FAILED)) -> Round:
     """Run the round's steps in this process (no broker) until it reaches a status in ``until``; the
     status it starts in never stops it (a round in labeling is trained and evaluated). The driver
@@ -405,4 +419,6 @@ def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DON
                 last = None
                 if row.status in until:
                     break
+        if row.status in (S.DONE, S.FAILED):  # its export snapshot and notifications, here too
+            round_advance(row.id, dispatch=_run_here)
     return row

@@ -1,5 +1,5 @@
-"""Issue 32, notifications through a real Celery worker on the ``io`` queue: a round's last move sends
-``annotate.round_finished``; the worker writes the export snapshot, then POSTs to a real local HTTP
+"""Issue 32, notifications through a real Celery worker on the ``io`` queue: once a round is done the
+round flow sends ``annotate.round_finished``; the worker writes the export snapshot, then POSTs to a real local HTTP
 server and emails (Django's file backend, so this process can read what the worker sent). A webhook
 that answers 500 is retried, then its delivery is marked failed; its round stays done."""
 
@@ -14,6 +14,7 @@ from django.db import transaction
 from annotate.models import ExportSnapshot, NotificationDelivery, Round
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.round_state import S, round_transition
+from annotate.services.rounds import round_advance
 from tests.integration.round_helpers import live_loop, wait_for, wait_workers
 from tests.integration.webhook_server import webhook_receiver
 
@@ -28,8 +29,9 @@ def _finish_round(name: str, webhook: str, emails: str = "") -> Round:
         notify_emails=emails,
     )
     row = Round.objects.create(project=project, number=1, status=S.EVALUATING)
-    with transaction.atomic():
-        assert round_transition(row.id, S.EVALUATING, S.DONE)  # the message goes once this commits
+    with transaction.atomic():  # as the evaluation task ends a round: its last move, then the round flow
+        assert round_transition(row.id, S.EVALUATING, S.DONE)
+        round_advance(row.id)  # sends annotate.round_finished once this commits
     return row
 
 

@@ -15,7 +15,8 @@ from django.contrib.auth.models import User
 from annotate.models import AdapterVersion, Annotation, ExportSnapshot, Item, Label, Round
 from annotate.selectors.loop import prod_set_hash
 from annotate.services.projects import LabelInput, project_create
-from annotate.services.round_state import S, round_transition
+from annotate.services.round_state import S
+from annotate.services.rounds import round_advance
 from annotate.services.snapshots import snapshot_write
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -68,25 +69,9 @@ def test_a_failed_write_is_recorded_and_retried(finished: Round, settings: Any, 
     assert ExportSnapshot.objects.count() == 1
 
 
-def test_finishing_a_round_sends_its_snapshot_task(finished: Round, django_capture_on_commit_callbacks: Any) -> None:
-    Round.objects.filter(id=finished.id).update(status=S.EVALUATING)
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    class Recorder:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def apply_async(self, args: tuple[Any, ...]) -> None:
-            sent.append((self.name, tuple(args)))
-
-    import annotate.services.queue as queue
-
-    original = queue.registered
-    queue.registered = Recorder  # type: ignore[assignment]
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            assert round_transition(finished.id, S.EVALUATING, S.DONE)
-            assert not round_transition(finished.id, S.EVALUATING, S.DONE)  # the second move is no move: no message
-    finally:
-        queue.registered = original
-    assert sent == [("annotate.round_finished", (finished.id,))]
+def test_a_finished_round_gets_one_finish_unit(finished: Round) -> None:
+    """The round flow's last unit: once a round is done (or failed), round_advance sends
+    annotate.round_finished (the io queue) once; later calls find it reserved."""
+    sent = round_advance(finished.id, dispatch=None)
+    assert [str(work) for work in sent] == [f"annotate.round_finished({finished.id},)"]
+    assert round_advance(finished.id) == []
