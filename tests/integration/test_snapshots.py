@@ -16,7 +16,7 @@ from annotate.models import AdapterVersion, Annotation, ExportSnapshot, Item, La
 from annotate.selectors.loop import prod_set_hash
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.round_state import S
-from annotate.services.rounds import round_advance
+from annotate.services.rounds import round_advance, round_run_sync
 from annotate.services.snapshots import snapshot_write
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -75,3 +75,11 @@ def test_a_finished_round_gets_one_finish_unit(finished: Round) -> None:
     sent = round_advance(finished.id, dispatch=None)
     assert [str(work) for work in sent] == [f"annotate.round_finished({finished.id},)"]
     assert round_advance(finished.id) == []
+
+
+def test_the_synchronous_driver_writes_the_snapshot_in_process(finished: Round) -> None:
+    """``round run-sync`` and the simulation have no worker: the finish unit runs in the driver."""
+    assert round_run_sync(round_id=finished.id).status == "done"
+    snapshot = ExportSnapshot.objects.get(round=finished)
+    assert (snapshot.status, snapshot.rows) == ("done", 3)
+    assert round_advance(finished.id) == []  # the finish unit is done: nothing to send
