@@ -21,6 +21,7 @@ from annotate.roles import ML
 from annotate.selectors import agreement as agreement_sel
 from annotate.selectors import rounds as rounds_sel
 from annotate.selectors import stopping as stopping_sel
+from annotate.selectors.notify import failed_deliveries
 from annotate.selectors.progress import batch_status, labeling_round
 from annotate.selectors.round_display import next_step_sentence, round_views
 from annotate.services.rounds import RoundError, round_request_final, round_request_retrain, round_request_start
@@ -55,7 +56,8 @@ def _live_context(project: Project, **extra: object) -> dict[str, object]:
 @role_required(ML)
 def ml_home(request: HttpRequest, project_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
-    return render(request, "annotate/ml.html", _live_context(project, start_form=RoundStartForm()))
+    context = _live_context(project, start_form=RoundStartForm(), failed_notices=failed_deliveries(project=project))
+    return render(request, "annotate/ml.html", context)
 
 
 @role_required(ML)

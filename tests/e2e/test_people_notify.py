@@ -132,6 +132,9 @@ def test_setup_takes_a_webhook_and_lists_failed_deliveries(
     assert "HTTP Error 500" in failed.inner_text() and "https://hooks.example.org/alann" in failed.inner_text()
     assert failed.locator("td.num").inner_text() == "6"
     assert "email: lead@example.org" in sent.inner_text()
+    ml.goto(f"/p/{project}/ml/")  # the ML page points at the failure
+    ml.locator("#failed-notices").get_by_role("link", name="Setup → Recent notifications").click()
+    ml.locator("#deliveries tr.delivery.failed").wait_for()
     ml.locator("#deliveries").scroll_into_view_if_needed()
     ml.screenshot(path=str(artifacts_dir / "setup-notifications.png"), full_page=True)
 
