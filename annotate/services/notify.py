@@ -128,8 +128,8 @@ def round_finished_run(*, round_id: int) -> list[NotificationDelivery]:
 def reviews_waiting_check(*, project_id: int) -> list[NotificationDelivery]:
     """Notify once per round when no batch item needs an annotator any more and some wait for a lead."""
     row = labeling_round(project_id=project_id)
-    if row is None:
-        return []
+    if row is None or NotificationDelivery.objects.filter(round=row, event=Event.REVIEWS_WAITING).exists():
+        return []  # no batch, or this round's notice went out already (the cheap check before the counts)
     batch = batch_status(round=row)
     if batch.need_labels or not batch.waiting_for_lead:
         return []
