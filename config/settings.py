@@ -9,7 +9,8 @@ ENCODER_DIR    any local sentence-transformers directory (default: the gt-all-mi
 DATA_DIR       the labelled data sets (default ../shared/data beside the checkout)
 SECRET_KEY     required unless DEBUG=1
 DEBUG, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, DB_CONN_MAX_AGE, LOG_LEVEL, CELERY_TASK_ALWAYS_EAGER,
-EMAIL_BACKEND (and EMAIL_*), ALANN_NOTIFY_*, ALANN_LOOP_OPTIONS: see the README's configuration table (every variable, its default, its meaning)
+EMAIL_BACKEND (and EMAIL_*), ALANN_NOTIFY_*, ALANN_LOOP_OPTIONS: see the README's configuration table
+(every variable, its default, its meaning)
 """
 
 from __future__ import annotations
