@@ -115,7 +115,7 @@ def round_finished(round_id: int) -> int:
     return len(round_finished_run(round_id=round_id))
 
 
-@shared_task(name="annotate.notify_deliver", bind=True, acks_late=True)
+@shared_task(name="annotate.notify_deliver", bind=True)
 def notify_deliver(self: Task, delivery_id: int) -> str:
     """One notification; a failed send is retried NOTIFY_RETRIES times, waiting NOTIFY_BACKOFF_S,
     then twice as long each time; after the last the delivery is marked failed."""
