@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.core import mail
 
 from annotate.models import Annotation, BatchItem, Item, Label, NotificationDelivery, Project, Round
-from annotate.services.labeling import label_submit, next_item_for
+from annotate.services.labeling import label_submit, next_item_for, skip_submit
 from annotate.services.notify import DeliveryFailed, notification_attempt, round_finished_run
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.round_state import S
@@ -114,3 +114,18 @@ def test_reviews_waiting_is_announced_once_the_annotators_are_done(
     assert delivery.payload["waiting"] == {"skipped": 0, "disagreements": 1, "in_review": 0}
     assert notification_attempt(delivery_id=delivery.pk, last=True).status == "sent"
     assert "1 item(s) wait for a lead" in mail.outbox[0].subject
+
+
+def test_a_skip_that_leaves_only_lead_work_is_announced(settings: Any, django_capture_on_commit_callbacks: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    project = _project("skips", webhook="", emails="lead@example.org")
+    row = Round.objects.create(project=project, number=1, status=S.LABELING)
+    item = Item.objects.create(project=project, external_id="i0", text="t0", text_hash="h0")
+    BatchItem.objects.create(round=row, item=item, source="random", rank=0)
+    ann = User.objects.create_user("ann")
+    with django_capture_on_commit_callbacks(execute=True):
+        taken = next_item_for(project=project, annotator=ann)
+        assert taken is not None
+        skip_submit(item=taken, annotator=ann, reason="not English")
+    (delivery,) = NotificationDelivery.objects.filter(event="reviews_waiting", round=row)
+    assert delivery.payload["waiting"] == {"skipped": 1, "disagreements": 0, "in_review": 0}
