@@ -110,7 +110,8 @@ def label_error_scans_resume_all() -> int:
 def _step(scan: LabelErrorScan | None, step: int, **counts: int) -> None:
     if scan is not None:
         Scan.objects.filter(id=scan.id).update(step=step, **counts)
-        steppoints.reached("label_error_scan", step)
+        if step == Step.JUDGING:  # embedded, nothing written: a kill here must resume
+            steppoints.reached("label_error_scan", scan.id)
 
 
 # -- the scan itself ---------------------------------------------------------------------------------
