@@ -16,13 +16,13 @@ from annotate.services.workers import worker_id
 from devtools.stall import stall_env
 from tests.integration.round_helpers import (
     TEST_OPTIONS,
+    labelled_with_flips,
     live_loop,
     trec_project,
     use_loop_options,
     wait_for,
     wait_workers,
 )
-from tests.integration.test_label_errors import labelled_with_flips
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data, pytest.mark.timeout(400)]
 

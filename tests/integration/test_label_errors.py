@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from django.test import Client
 
-from annotate.models import Adjudication, Item, ItemEvent, Label, LabelErrorScan, LabelSuspect, ProjectMembership
+from annotate.models import Adjudication, Item, ItemEvent, LabelErrorScan, LabelSuspect, ProjectMembership
 from annotate.services.accounts import user_create
 from annotate.services.label_errors import (
     LabelErrorError,
@@ -24,25 +23,9 @@ from annotate.services.label_errors import (
     label_error_scan_run,
     label_suspect_decide,
 )
-from tests.integration.round_helpers import trec_project
+from tests.integration.round_helpers import labelled_with_flips, trec_project
 
 pytestmark = pytest.mark.django_db
-
-
-def labelled_with_flips(shared_data: Path, tmp_path: Path, smollm2_dir: Path, flips: int = 20) -> tuple[Any, set[int]]:
-    project = trec_project(shared_data, tmp_path, model_dir=smollm2_dir, pool=400, test=16)
-    labels = list(Label.objects.filter(project=project).order_by("order", "id"))
-    pool = list(Item.objects.filter(project=project, is_test=False).order_by("id"))
-    rng = np.random.default_rng(3)
-    flipped = set(rng.choice([i.pk for i in pool], size=flips, replace=False).tolist())
-    for item in pool:
-        label = item.gold_label
-        if item.pk in flipped:
-            right = labels.index(item.gold_label)  # type: ignore[arg-type]  # TREC rows all have one
-            label = labels[(right + 1 + int(rng.integers(0, len(labels) - 1))) % len(labels)]
-        item.final_label = label
-        item.save(update_fields=["final_label"])
-    return project, flipped
 
 
 def test_a_scan_queues_flipped_labels_with_evidence_and_changes_nothing(
