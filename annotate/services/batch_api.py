@@ -33,6 +33,7 @@ from scoring import batch_manifest
 
 BATCH_API_KEY = "batch-api"  # AutoLabel.adapter_set_hash of answered items: no adapter of ours scored them
 DEFAULT_AUDIT_SHARE = 0.02  # as the engine's runs: one answer in 50 accepted goes to people as well
+CHUNK = 2000  # answers decided per write, as a shard's checkpoint: bounded memory and statement size
 
 
 def manifest_export(*, project: Project, model: str = "") -> Iterator[str]:
@@ -103,24 +104,27 @@ def answers_decide(*, project: Project, version: str, audit_share: float = DEFAU
     reason = _refusal(calibration, version)
     if reason or calibration is None:
         return Decided(refused=reason)
-    pending = _undecided(project, version)
-    ids = [item_id for item_id, probs, _ in pending if probs]
-    if not ids:
-        return Decided(without_probs=len(pending))
-    auto.audit_refresh(calibration=calibration)  # classes whose audit fails are blocked before deciding
     with transaction.atomic():
-        run = _batch_run(project, calibration, version, audit_share=audit_share, n_items=len(ids))
-        p = np.array([probs for _, probs, _ in pending if probs], dtype=np.float64)[None]  # [K=1, N, C]
-        # under the label mass the engine's path writes a dead letter to rescore; an answer cannot be: people
-        low = _under_mass(project, [mass for _, probs, mass in pending if probs])
-        accepted = auto.Decisions(run).write(ids, p, tier2=None, to_people=low)
-    rows = AutoLabel.objects.filter(run=run)
+        Project.objects.select_for_update().filter(pk=project.pk).first()  # one import decides at a time
+        pending = _undecided(project, version)
+        decidable = [(item_id, probs, mass) for item_id, probs, mass in pending if probs]
+        if not decidable:
+            return Decided(without_probs=len(pending))
+        auto.audit_refresh(calibration=calibration)  # classes whose audit fails are blocked before deciding
+        run = _batch_run(project, calibration, version, audit_share=audit_share, n_items=len(decidable))
+        decisions, accepted = auto.Decisions(run), 0
+        for start in range(0, len(decidable), CHUNK):
+            chunk = decidable[start : start + CHUNK]
+            p = np.array([probs for _, probs, _ in chunk], dtype=np.float64)[None]  # [K=1, N, C]
+            # under the label mass the engine's path writes a dead letter to rescore; an answer cannot be: people
+            low = _under_mass(project, [mass for _, _, mass in chunk])
+            accepted += int(decisions.write([i for i, _, _ in chunk], p, tier2=None, to_people=low).sum())
     return Decided(
         run=run.id,
-        accepted=int(accepted.sum()),
-        escalated=len(ids) - int(accepted.sum()),
-        audited=rows.filter(audit=AutoLabel.Audit.PENDING).count(),
-        without_probs=len(pending) - len(ids),
+        accepted=accepted,
+        escalated=len(decidable) - accepted,
+        audited=AutoLabel.objects.filter(run=run, audit=AutoLabel.Audit.PENDING).count(),
+        without_probs=len(pending) - len(decidable),
     )
 
 

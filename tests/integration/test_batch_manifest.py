@@ -142,6 +142,7 @@ def expected(calibration: Calibration, probs: list[float], mass: float | None, m
 
 
 @pytest.mark.slow
+@pytest.mark.postgres  # the upserts and the row lock, on PostgreSQL too (make test)
 def test_answers_become_decisions_through_the_calibration_idempotently(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
@@ -210,6 +211,7 @@ def test_answers_become_decisions_through_the_calibration_idempotently(
 
 
 @pytest.mark.slow
+@pytest.mark.postgres  # the upserts and the row lock, on PostgreSQL too (make test)
 def test_a_calibration_of_another_prompt_decides_nothing(
     shared_data: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:

@@ -87,6 +87,7 @@ def lead_client(project: Any) -> tuple[Any, Client]:
     return lead, client
 
 
+@pytest.mark.postgres  # the one-active-scan constraint is a partial unique index: PostgreSQL too (make test)
 def test_the_button_records_one_scan_and_the_worker_body_fills_it(
     shared_data: Path, tmp_path: Path, smollm2_dir: Path, monkeypatch: Any
 ) -> None:
