@@ -101,7 +101,7 @@ def label_error_scans_resume_all() -> int:
     from annotate.services.queue import send_on_commit
 
     rows = Scan.objects.filter(status__in=[Scan.Status.PENDING, Scan.Status.RUNNING])
-    ids = [pk for pk in claims.needs_worker(rows).values_list("id", flat=True)]
+    ids = list(claims.needs_worker(rows).values_list("id", flat=True))
     for scan_id in ids:
         send_on_commit(SCAN_TASK, scan_id)
     return len(ids)
