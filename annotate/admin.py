@@ -169,8 +169,8 @@ class CalibrationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(models.AutolabelRun)
 class AutolabelRunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("id", "project", "status", "items_done", "n_items", "created_at")
-    list_filter = ("status",)
+    list_display = ("id", "project", "status", "source", "items_done", "n_items", "created_at")
+    list_filter = ("status", "source")
     search_fields = ("project__name", "reason", "prompt_hash")
 
 
@@ -222,11 +222,20 @@ class LabelSuspectAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     raw_id_fields = ("item", "given", "suggested")
 
 
+@admin.register(models.LabelErrorScan)
+class LabelErrorScanAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Possible-label-errors scans: asked for and followed on the lead's Label errors page."""
+
+    list_display = ("project", "status", "step", "labels_seen", "suspects_added", "requested_by", "created_at")
+    list_filter = ("status",)
+    search_fields = ("project__name", "error", "worker")
+
+
 @admin.register(models.BatchApiAnswer)
 class BatchApiAnswerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Answers imported from a managed batch API (manage.py autolabel batch-results): read here."""
 
-    list_display = ("item", "prompt_version", "label", "project", "created_at")
+    list_display = ("item", "prompt_version", "label", "mass", "project", "created_at")
     list_filter = ("prompt_version",)
     search_fields = ("item__external_id", "prompt_version")
     raw_id_fields = ("item", "label")

@@ -656,6 +656,10 @@ class AutolabelRun(models.Model):
         FAILED = "failed"
         REFUSED = "refused"  # template drift: nothing auto-accepted, reason says why
 
+    class Source(models.TextChoices):
+        ENGINE = "engine"  # the adapters scored the items on our GPUs (or CPU)
+        BATCH_API = "batch_api"  # a managed batch API answered them (annotate/services/batch_api.py)
+
     project = models.ForeignKey(Project, related_name="autolabel_runs", on_delete=models.CASCADE)
     calibration = models.ForeignKey(Calibration, related_name="runs", on_delete=models.PROTECT)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -663,6 +667,7 @@ class AutolabelRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.ENGINE)
     reason = models.TextField(blank=True)
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)
@@ -746,6 +751,10 @@ class BatchApiAnswer(models.Model):
     item = models.ForeignKey(Item, related_name="batch_api_answers", on_delete=models.CASCADE)
     prompt_version = models.CharField(max_length=32)
     label = models.ForeignKey(Label, on_delete=models.PROTECT)
+    # The answer's distribution over the labels (label order, summing to 1) from the provider's logprobs;
+    # empty when it returned the label alone: such an answer has no confidence to hold to a threshold.
+    probs = models.JSONField(default=list, blank=True)
+    mass = models.FloatField(null=True, blank=True)  # probability on the label codes; None: not reported
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -870,6 +879,54 @@ class ExportSnapshot(models.Model):
         ordering = ["-round__number"]
 
 
+class LabelErrorScan(models.Model):
+    """One possible-label-errors scan (annotate/services/label_errors.py), run by a worker: the page
+    polls this row. At most one is pending or running per project (a second request gets that one);
+    claimed like a shard (``worker``, ``attempts``: annotate/services/claims.py), so a worker killed
+    mid-scan leaves it running on a dead process, and the next worker start takes it over."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Step(models.IntegerChoices):
+        WAITING = 0, "waiting for a worker"
+        READING = 1, "reading the labels"
+        EMBEDDING = 2, "embedding the labelled texts"
+        JUDGING = 3, "judging every label out of fold"
+        QUEUEING = 4, "queueing the suspects"
+
+    project = models.ForeignKey(Project, related_name="label_error_scans", on_delete=models.CASCADE)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    step = models.PositiveSmallIntegerField(choices=Step.choices, default=Step.WAITING)
+    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/claims.py)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    labels_seen = models.PositiveIntegerField(default=0)  # labelled items judged
+    suspects_found = models.PositiveIntegerField(default=0)  # contradicted with confidence (judged before or not)
+    suspects_added = models.PositiveIntegerField(default=0)  # new in the lead's queue
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            # two clicks, two tabs or two leads: one scan at a time per project
+            models.UniqueConstraint(
+                fields=["project"],
+                condition=models.Q(status__in=["pending", "running"]),
+                name="label_error_scan_one_active",
+            ),
+        ]
+
+    @property
+    def active(self) -> bool:
+        return self.status in (self.Status.PENDING, self.Status.RUNNING)
+
+
 __all__ = [
     "AdapterVersion",
     "Adjudication",
@@ -889,6 +946,7 @@ __all__ = [
     "Item",
     "ItemEvent",
     "Label",
+    "LabelErrorScan",
     "LabelSuspect",
     "Lease",
     "NotificationDelivery",

@@ -7,7 +7,8 @@ Points: ``import`` (an import's insert, after its first chunk, inside the transa
 name), ``score`` (a shard, after its first scored chunk was cached and counted; key: the round's
 number), ``select`` (a batch chosen, not yet written), ``evaluate`` (the test set scored, metrics not
 yet written), ``autolabel`` (a bulk run's shard, after a chunk's decisions committed; key: the shard's
-number), ``train`` (an adapter halfway, its checkpoint written; key ``<project name>-<arm>:<k>``)."""
+number), ``train`` (an adapter halfway, its checkpoint written; key ``<project name>-<arm>:<k>``),
+``label_error_scan`` (a possible-label-errors scan's labels embedded, nothing written; key: the scan's id)."""
 
 from __future__ import annotations
 

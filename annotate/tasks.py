@@ -7,7 +7,8 @@ guarded transitions, unique rows, checkpoints), so a redelivered or duplicated m
 Transient errors (a locked SQLite database, a dropped Redis or PostgreSQL connection) are retried; any
 other error, or the last retry, fails the round with the reason (``round_fail``). Every worker, when
 it starts, sends again what active rounds still need (``annotate.rounds_resume``,
-``annotate.imports_resume``): that is how a round or an import continues after its worker was killed.
+``annotate.imports_resume``, ``annotate.label_error_scans_resume``): that is how a round, an import or a
+label-error scan continues after its worker was killed.
 """
 
 from __future__ import annotations
@@ -131,6 +132,32 @@ def notify_deliver(self: Task, delivery_id: int) -> str:
         raise self.retry(exc=exc, countdown=countdown, max_retries=retries) from exc
 
 
+class LabelErrorScanTask(Task):  # type: ignore[misc]
+    """Records the scan (first argument) as failed once the task gives up: never "running" for ever."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        from annotate.services.label_errors import label_error_scan_fail
+
+        scan_id = args[0] if args else kwargs.get("scan_id")
+        if scan_id is not None:
+            label_error_scan_fail(scan_id=int(scan_id), reason=f"{self.name}: {type(exc).__name__}: {exc}")
+
+
+# The default queue: the scan embeds the labelled texts with the CPU encoder, like a round's selection.
+@shared_task(name="annotate.label_error_scan", base=LabelErrorScanTask, **RETRY)
+def label_error_scan(scan_id: int) -> str:
+    from annotate.services.label_errors import label_error_scan_run
+
+    return label_error_scan_run(scan_id=scan_id).status
+
+
+@shared_task(name="annotate.label_error_scans_resume", **RETRY)
+def label_error_scans_resume() -> int:
+    from annotate.services.label_errors import label_error_scans_resume_all
+
+    return label_error_scans_resume_all()
+
+
 @shared_task(name="annotate.gpu.engine_warm")
 def engine_warm(kind: str) -> dict[str, Any]:
     from annotate.services.scoring import engine_warm as warm
@@ -142,6 +169,7 @@ def engine_warm(kind: str) -> dict[str, Any]:
 def _resume_on_start(**_: Any) -> None:
     rounds_resume.delay()
     imports_resume.delay()
+    label_error_scans_resume.delay()
 
 
 @worker_ready.connect

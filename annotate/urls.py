@@ -29,6 +29,11 @@ urlpatterns = [
     path("p/<int:project_id>/lead/label-errors/", label_errors.label_errors, name="label_errors"),
     path("p/<int:project_id>/lead/label-errors/scan/", label_errors.label_errors_scan, name="label_errors_scan"),
     path(
+        "p/<int:project_id>/lead/label-errors/scan/status/",
+        label_errors.label_errors_scan_status,
+        name="label_errors_scan_status",
+    ),
+    path(
         "p/<int:project_id>/lead/label-errors/<int:suspect_id>/decide/",
         label_errors.label_errors_decide,
         name="label_errors_decide",

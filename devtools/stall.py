@@ -16,7 +16,8 @@ shard, after its first scored chunk was cached and counted), ``select`` (a batch
 written), ``evaluate`` (the test set scored, metrics not yet written), ``autolabel`` (a bulk run's
 shard, after a chunk's decisions committed; key: the shard's number), ``calibrate`` (a calibration's
 items scored, nothing written; key: its id), ``train`` (an adapter halfway, its checkpoint written;
-key ``<project name>-<arm>:<k>``)."""
+key ``<project name>-<arm>:<k>``), ``label_error_scan`` (a label-error scan's labels embedded, nothing
+written; key: its id)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ from annotate.models import (
 )
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors import loop as loop_sel
-from scoring import pipeline
+from scoring import batch_manifest, pipeline
 from scoring.prompts import LabelSpec, PromptSpec
 from training import calibrate as cal
 from training import ensemble
@@ -478,7 +478,12 @@ def _fit(row: Calibration) -> dict[str, Any]:
     return {
         "prompt_hash": ctx.renderer.prompt_hash,
         "adapter_set_hash": ctx.adapter_set,
-        "fingerprint": fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
+        # and the batch-API manifest's version of the prompt: imported answers are decided on these
+        # thresholds only when they answered it (annotate/services/batch_api.py)
+        "fingerprint": {
+            **fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
+            "prompt version": batch_manifest.prompt_version(ctx.spec),
+        },
         "n_items": len(y),
         "n_calibration": len(y_split),
         "calibrator": calibrator.to_json(),
@@ -809,21 +814,87 @@ def _run_shard(row: AutolabelShard) -> None:
     )
 
 
-class Decider:
-    """Scores items and writes their decisions: tier 1, the cascade tier, the audit pick, the people
-    queue, dead letters. One per shard (the calibration and blocked classes are read once)."""
+Tier2 = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # escalated rows → (pred, conf) of tier 2
 
-    def __init__(self, run: AutolabelRun, ctx: Context) -> None:
+
+class Decisions:
+    """Label distributions → AutoLabel rows under the run's calibration: the calibrator, each class's
+    tier-1 threshold (none for a class the audit blocked), the cascade tier for what tier 1 escalates,
+    the random audit pick, the people queue. Shared by the engine's scores (Decider) and a batch API's
+    answers (annotate/services/batch_api.py), so both decide alike."""
+
+    def __init__(self, run: AutolabelRun) -> None:
         calibration = Calibration.objects.get(id=run.calibration_id)
-        self.run, self.ctx, self.calibration = run, ctx, calibration
+        self.run, self.calibration = run, calibration
         self.calibrator = cal.Calibrator.from_json(calibration.calibrator)
-        self.names = [label.name for label in ctx.spec.labels]
         self.label_ids = list(loop_sel.label_index(project=run.project))
         blocked = set((calibration.blocked or {}).keys())
         self.limits = {
             tier: [None if r["label"] in blocked else r["threshold"] for r in rules]
             for tier, rules in (calibration.thresholds or {}).items()
         }
+
+    def write(
+        self, ids: list[int], p: np.ndarray, *, tier2: Tier2 | None = None, to_people: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Decide the items ``ids`` from their members' distributions ``p`` [K, N, C] (upserts: a repeat
+        rewrites the same rows); ``tier2`` scores the rows tier 1 escalates (None: they go to people);
+        ``to_people`` (bool[N]) escalates rows whatever their confidence. Returns the accepted mask."""
+        q = self.calibrator.apply(p.mean(axis=0))
+        pred, conf = q.argmax(axis=1), q.max(axis=1)
+        tier = np.array(["model"] * len(ids), dtype=object)
+        never = [None] * len(self.label_ids)
+        forced = np.zeros(len(ids), dtype=bool) if to_people is None else to_people
+        accepted = cal.accept(pred, conf, self.limits.get("model", never)) & ~forced
+        escalate = np.flatnonzero(~accepted & ~forced)
+        cascade = self.calibration.cascade
+        if tier2 is not None and cascade != "none" and len(escalate):
+            pred2, conf2 = tier2(escalate)
+            ok2 = cal.accept(pred2, conf2, self.limits.get(cascade, never))
+            tier[escalate] = cascade
+            pred[escalate[ok2]], conf[escalate[ok2]] = pred2[ok2], conf2[ok2]
+            accepted[escalate[ok2]] = True
+        audited = accepted & cal.audit_pick(np.array(ids), share=self.run.audit_share, seed=self.run.seed)
+        rows = [
+            AutoLabel(
+                item_id=item_id,
+                prompt_hash=self.run.prompt_hash,
+                adapter_set_hash=self.run.adapter_set_hash,
+                run=self.run,
+                label_id=self.label_ids[int(pred[n])],
+                confidence=round(float(conf[n]), 6),
+                probs=[round(float(x), 6) for x in q[n]],
+                tier=str(tier[n]),
+                decision=AutoLabel.Decision.ACCEPTED if accepted[n] else AutoLabel.Decision.ESCALATED,
+                audit=AutoLabel.Audit.PENDING if audited[n] else AutoLabel.Audit.NONE,
+            )
+            for n, item_id in enumerate(ids)
+        ]
+        with transaction.atomic():
+            AutoLabel.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["item", "prompt_hash", "adapter_set_hash"],
+                update_fields=["run", "label", "confidence", "probs", "tier", "decision", "audit"],
+            )
+            project = self.run.project
+            queue_for_people(
+                project=project, item_ids=[ids[i] for i in np.flatnonzero(~accepted)], source=BatchItem.Source.CASCADE
+            )
+            queue_for_people(
+                project=project, item_ids=[ids[i] for i in np.flatnonzero(audited)], source=BatchItem.Source.AUDIT
+            )
+        return accepted
+
+
+class Decider(Decisions):
+    """Scores items and writes their decisions: tier 1, the cascade tier, the audit pick, the people
+    queue, dead letters. One per shard (the calibration and blocked classes are read once)."""
+
+    def __init__(self, run: AutolabelRun, ctx: Context) -> None:
+        super().__init__(run)
+        self.ctx = ctx
+        self.names = [label.name for label in ctx.spec.labels]
 
     def decide(self, item_ids: list[int], *, retry: bool = False) -> None:
         """Decide a chunk. ``retry``: dead letters tried again (over-context items scored on their cut
@@ -868,49 +939,12 @@ class Decider:
         )
 
     def _write(self, ids: list[int], p: np.ndarray, texts: list[str]) -> None:
-        p_mean = p.mean(axis=0)
-        q = self.calibrator.apply(p_mean)
-        pred, conf = q.argmax(axis=1), q.max(axis=1)
-        tier = np.array(["model"] * len(ids), dtype=object)
-        accepted = cal.accept(pred, conf, self.limits.get("model", [None] * len(self.names)))
-        escalate = np.flatnonzero(~accepted)
         cascade = self.calibration.cascade
-        if cascade != "none" and len(escalate):
-            pred2, conf2 = self._tier2(cascade, p[:, escalate], [texts[i] for i in escalate])
-            ok2 = cal.accept(pred2, conf2, self.limits.get(cascade, [None] * len(self.names)))
-            tier[escalate] = cascade
-            pred[escalate[ok2]], conf[escalate[ok2]] = pred2[ok2], conf2[ok2]
-            accepted[escalate[ok2]] = True
-        audited = accepted & cal.audit_pick(np.array(ids), share=self.run.audit_share, seed=self.run.seed)
-        rows = [
-            AutoLabel(
-                item_id=item_id,
-                prompt_hash=self.run.prompt_hash,
-                adapter_set_hash=self.run.adapter_set_hash,
-                run=self.run,
-                label_id=self.label_ids[int(pred[n])],
-                confidence=round(float(conf[n]), 6),
-                probs=[round(float(x), 6) for x in q[n]],
-                tier=str(tier[n]),
-                decision=AutoLabel.Decision.ACCEPTED if accepted[n] else AutoLabel.Decision.ESCALATED,
-                audit=AutoLabel.Audit.PENDING if audited[n] else AutoLabel.Audit.NONE,
-            )
-            for n, item_id in enumerate(ids)
-        ]
-        with transaction.atomic():
-            AutoLabel.objects.bulk_create(
-                rows,
-                update_conflicts=True,
-                unique_fields=["item", "prompt_hash", "adapter_set_hash"],
-                update_fields=["run", "label", "confidence", "probs", "tier", "decision", "audit"],
-            )
-            project = self.run.project
-            queue_for_people(
-                project=project, item_ids=[ids[i] for i in np.flatnonzero(~accepted)], source=BatchItem.Source.CASCADE
-            )
-            queue_for_people(
-                project=project, item_ids=[ids[i] for i in np.flatnonzero(audited)], source=BatchItem.Source.AUDIT
-            )
+
+        def tier2(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return self._tier2(cascade, p[:, rows], [texts[i] for i in rows])
+
+        self.write(ids, p, tier2=tier2)
 
     def _tier2(self, cascade: str, p: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if cascade == "agreement":

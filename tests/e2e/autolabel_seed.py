@@ -1,5 +1,6 @@
-"""Seed and inspect helpers the auto-labelling browser test runs in the live server's database
-(``LiveServer.call``): a small TREC project, test state for thresholds, simulated annotators."""
+"""Seed and inspect helpers the auto-labelling and label-error browser tests run in the live server's
+database (``LiveServer.call``): a small TREC project, one labelled with flipped labels, test state for
+thresholds, simulated annotators."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ def seed_project(*, data_dir: str, model_dir: str, tmp: str) -> dict[str, Any]:
     path.mkdir(parents=True, exist_ok=True)
     project = trec_project(Path(data_dir), path, model_dir=Path(model_dir))
     return {"project": project.pk}
+
+
+def seed_flipped_project(*, data_dir: str, model_dir: str, tmp: str) -> dict[str, Any]:
+    """384 labelled TREC pool items, 20 of them with a wrong label (the label-error scan's prey)."""
+    from tests.integration.round_helpers import labelled_with_flips
+
+    path = Path(tmp)
+    path.mkdir(parents=True, exist_ok=True)
+    project, flipped = labelled_with_flips(Path(data_dir), path, Path(model_dir))
+    return {"project": project.pk, "flipped": sorted(flipped)}
 
 
 def accept_everything(*, project: int) -> int:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devtools.deployed import stop_groups
 from tests.e2e.login import log_in
-from tests.live_server import LiveServer
+from tests.live_server import ROOT, LiveServer
 from tests.prerequisites import missing_prerequisite
 
 # Playwright's sync API runs an event loop in this thread; ORM calls from here would trip Django's check.
@@ -50,6 +53,29 @@ def live_app() -> Iterator[LiveServer]:
     """One server (and database) for the browser tests of this package; tests seed their own projects."""
     with LiveServer(kind="runserver", purpose="e2e") as live:
         yield live
+
+
+@pytest.fixture(scope="module")
+def app_with_worker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, Path]]:
+    """A live server of the module's own and one Celery worker on it (all queues): both inherit this
+    run's own Redis database (REDIS_URL, claimed by tests/conftest.py). Yields the server and the
+    directory holding the worker's log (``worker.log``)."""
+    from tests.integration.round_helpers import TEST_OPTIONS
+
+    name = request.module.__name__.rpartition(".")[2]
+    logs = tmp_path_factory.mktemp(name)
+    with LiveServer(kind="runserver", purpose=name) as live:
+        env = {**live.env, "ALANN_LOOP_OPTIONS": TEST_OPTIONS, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,io,gpu", "-c", "1"]
+        cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", f"{name}@%h", "--loglevel", "INFO"]
+        log = (logs / "worker.log").open("ab")
+        worker = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+        try:
+            yield live, logs
+        finally:
+            stop_groups({"worker": worker})
 
 
 @pytest.fixture(scope="package")

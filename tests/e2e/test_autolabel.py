@@ -3,36 +3,14 @@ and read the audit results — headless Chromium against a live server with a re
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devtools.deployed import stop_groups
-from tests.integration.round_helpers import TEST_OPTIONS
-from tests.live_server import PASSWORD, ROOT, LiveServer
+from tests.live_server import PASSWORD, LiveServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
-
-
-@pytest.fixture(scope="module")
-def app_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
-    """A live server and one Celery worker on it: both inherit this run's own Redis database
-    (REDIS_URL, claimed by tests/conftest.py)."""
-    logs = tmp_path_factory.mktemp("autolabel-e2e")
-    with LiveServer(kind="runserver", purpose="autolabel") as live:
-        env = {**live.env, "ALANN_LOOP_OPTIONS": TEST_OPTIONS, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "default,io,gpu", "-c", "1"]
-        cmd += ["--pool", "prefork", "--prefetch-multiplier", "1", "-n", "e2e@%h", "--loglevel", "INFO"]
-        log = (logs / "worker.log").open("ab")
-        worker = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
-        try:
-            yield live, logs
-        finally:
-            stop_groups({"worker": worker})
 
 
 def test_calibrate_review_launch_and_audit(

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.db import connections
 
-from annotate.models import Round
+from annotate.models import Item, Label, Round
 from devtools.deployed import stop_groups
 from devtools.oracle import TREC_CODES, annotator, label_batch, trec_project  # noqa: F401  (the tests' helpers)
 from tests import redis_owner
@@ -148,3 +149,21 @@ def use_loop_options(monkeypatch: Any, settings: Any, options: str) -> None:
 
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", options)
     settings.LOOP_OPTIONS = json.loads(options)
+
+
+def labelled_with_flips(shared_data: Path, tmp_path: Path, smollm2_dir: Path, flips: int = 20) -> tuple[Any, set[int]]:
+    """A 400-row TREC project whose 384 pool items carry their true label as final label, but ``flips`` of
+    them a wrong one (the label-error tests: the scan should find those)."""
+    project = trec_project(shared_data, tmp_path, model_dir=smollm2_dir, pool=400, test=16)
+    labels = list(Label.objects.filter(project=project).order_by("order", "id"))
+    pool = list(Item.objects.filter(project=project, is_test=False).order_by("id"))
+    rng = np.random.default_rng(3)
+    flipped = set(rng.choice([i.pk for i in pool], size=flips, replace=False).tolist())
+    for item in pool:
+        label = item.gold_label
+        if item.pk in flipped:
+            right = labels.index(item.gold_label)  # type: ignore[arg-type]  # TREC rows all have one
+            label = labels[(right + 1 + int(rng.integers(0, len(labels) - 1))) % len(labels)]
+        item.final_label = label
+        item.save(update_fields=["final_label"])
+    return project, flipped

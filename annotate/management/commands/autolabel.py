@@ -8,7 +8,8 @@ status     the latest calibration and run: thresholds, progress with ETA, tier c
 retry      queue the open dead letters for another try
 export     the final dataset with provenance (--format csv|jsonl|parquet, -o FILE)
 batch-manifest  the items still to label as a batch-API request manifest (JSONL, -o FILE, --model NAME)
-batch-results   import a batch API's results file (-i FILE): idempotent, another prompt version refused
+batch-results   import a batch API's results file (-i FILE, --audit-share): idempotent, another prompt version
+           refused; answers with logprobs are decided on the latest calibration like the engine's scores
 
 --sync runs the queued work in this process (no broker), printing progress with the ETA; without it
 a worker runs it and ``status`` (or ``--follow``) shows where it is.
@@ -222,5 +223,15 @@ class Command(BaseCommand):
         if not options["input"]:
             raise CommandError("give the results file with -i FILE")
         with open(options["input"], encoding="utf-8") as f:
-            done = batch_api.results_import(project=project, lines=f)
+            done = batch_api.results_import(project=project, lines=f, audit_share=options["audit_share"])
         self.stdout.write(f"{done.answers} answers for prompt version {done.version}: {done.added} new")
+        decided = done.decided
+        if decided.refused:
+            self.stderr.write(f"not decided: {decided.refused}")
+        elif decided.run is not None:
+            self.stdout.write(
+                f"decided (run #{decided.run}): {decided.accepted} auto-accepted ({decided.audited} of them audited), "
+                f"{decided.escalated} to people"
+            )
+        if decided.without_probs:
+            self.stdout.write(f"{decided.without_probs} answers without logprobs: kept, not decided (no confidence)")
