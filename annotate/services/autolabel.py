@@ -53,10 +53,12 @@ from annotate.models import (
 )
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors import loop as loop_sel
+from annotate.services.predictor import RoundPredictor, round_predictor
 from scoring import pipeline
 from scoring.prompts import LabelSpec, PromptSpec
 from training import calibrate as cal
 from training import ensemble
+from training.predictor import Predictor
 from training.thresholds import DEFAULT_DELTA
 
 RunStatus = AutolabelRun.Status
@@ -177,8 +179,12 @@ def fingerprint(renderer: Any, spec: PromptSpec, model_dir: str) -> dict[str, st
     }
 
 
-def drift_reason(calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str) -> str:
-    """Empty when the run may use the calibration; else why it may not."""
+def drift_reason(
+    calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str, predictor: Predictor
+) -> str:
+    """Empty when the run may use the calibration; else why it may not: the rendered prompt, the
+    adapters, or any other part of the predictor (training/predictor.py: blend weight, proxy labels)
+    differs from the one the calibration was fitted on."""
     reasons = []
     if prompt_hash != calibration.prompt_hash:
         changed = [name for name, value in parts.items() if (calibration.fingerprint or {}).get(name) != value]
@@ -192,12 +198,29 @@ def drift_reason(calibration: Calibration, *, prompt_hash: str, parts: dict[str,
             f"the adapter set is {adapter_set[:12]}, the thresholds were calibrated on "
             f"{calibration.adapter_set_hash[:12]} (a newer round trained new adapters): recalibrate"
         )
+    if not reasons and predictor.fingerprint() != calibration.model_version:
+        fitted = calibration.predictor or {}
+        why = (
+            f"{', '.join(Predictor.from_json(fitted).changes(predictor))} changed"
+            if fitted
+            else "calibrated before predictors were versioned"
+        )
+        reasons.append(
+            f"the predictor is {predictor.fingerprint()[:12]}, the thresholds were calibrated on "
+            f"{calibration.model_version[:12] or 'an unversioned one'} ({why}): recalibrate"
+        )
     return "; ".join(reasons)
 
 
 def _drift(run: AutolabelRun, ctx: Context) -> str:
     parts = fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir)
-    return drift_reason(run.calibration, prompt_hash=ctx.renderer.prompt_hash, parts=parts, adapter_set=ctx.adapter_set)
+    return drift_reason(
+        run.calibration,
+        prompt_hash=ctx.renderer.prompt_hash,
+        parts=parts,
+        adapter_set=ctx.adapter_set,
+        predictor=ctx.predictor.predictor,
+    )
 
 
 @dataclass
@@ -211,6 +234,7 @@ class Context:
     engine: Any
     refs: list[Any]
     adapter_set: str
+    predictor: RoundPredictor  # uncalibrated: the one the ML page reports for the adapters' round
 
 
 def _context(project: Project) -> Context:
@@ -221,14 +245,17 @@ def _context(project: Project) -> Context:
     # evaluated under, whatever the deployment's options are now.
     config = worker_config(adapters[0].round) if adapters else loop_config(project)
     refs = loop_sel.adapter_refs(adapters)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    source = adapters[0].round if adapters else None
     return Context(
         project=project,
         config=config,
         spec=config.prompt,
-        renderer=pipeline.make_renderer(config.model_dir, config.prompt, config.max_context),
+        renderer=renderer,
         engine=ensemble.make_engine(config),
         refs=refs,
         adapter_set=adapter_set_hash(refs),
+        predictor=round_predictor(source, prompt_hash=renderer.prompt_hash, n_classes=len(config.prompt.labels)),
     )
 
 
@@ -452,7 +479,8 @@ def _fit(row: Calibration) -> dict[str, Any]:
     scores = _score(ctx.engine, ctx.renderer, ev.texts + split.texts, ctx.refs, 256)
     steppoints.reached("calibrate", row.id)  # scored, nothing written: a kill here must resume
     members_split = scores.p[:, n_ev:]
-    p_mean, p_split = scores.p[:, :n_ev].mean(axis=0), members_split.mean(axis=0)
+    p_all = ctx.predictor.probabilities(scores.p, ev.texts + split.texts)  # what the ML page reports
+    p_mean, p_split = p_all[:n_ev], p_all[n_ev:]
     calibrator = cal.fit_calibrator(p_mean, y)
 
     def rules(pred: np.ndarray, conf: np.ndarray) -> list[dict]:
@@ -475,10 +503,13 @@ def _fit(row: Calibration) -> dict[str, Any]:
     gold = np.array(ev.is_gold, dtype=bool)
     bias_rows = (np.flatnonzero(gold) if gold.any() else np.arange(len(y)))[:BIAS_SLICE]
     bias_variants = _variant_scores(ctx, [ev.texts[i] for i in bias_rows], perms)
+    adapters_mean = scores.p[:, :n_ev].mean(axis=0)  # the label-order check reads the adapters, not the proxy
     return {
         "prompt_hash": ctx.renderer.prompt_hash,
         "adapter_set_hash": ctx.adapter_set,
         "fingerprint": fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
+        "model_version": ctx.predictor.fingerprint,
+        "predictor": ctx.predictor.predictor.to_json(),
         "n_items": len(y),
         "n_calibration": len(y_split),
         "calibrator": calibrator.to_json(),
@@ -486,7 +517,7 @@ def _fit(row: Calibration) -> dict[str, Any]:
         "after": cal.reliability(calibrator.apply(p_mean), y),
         "thresholds": thresholds,
         "tier_calibrators": tier_calibrators,
-        "bias": cal.label_order_bias(p_mean[bias_rows], bias_variants, perms),
+        "bias": cal.label_order_bias(adapters_mean[bias_rows], bias_variants, perms),
         "gold_report": _gold_report(row.project, ev, calibrator.apply(p_mean), names),
         "rate": {
             "engine": ctx.config.engine,
@@ -626,6 +657,7 @@ def run_plan(*, run_id: int) -> AutolabelRun:
             started_at=timezone.now(),
             prompt_hash=ctx.renderer.prompt_hash,
             adapter_set_hash=ctx.adapter_set,
+            model_version=ctx.predictor.calibrated(cal.Calibrator.from_json(run.calibration.calibrator)).fingerprint,
             n_items=len(ids),
             n_shards=n_shards,
             counts={"k": max(1, len(ctx.refs))},
@@ -817,6 +849,7 @@ class Decider:
         calibration = Calibration.objects.get(id=run.calibration_id)
         self.run, self.ctx, self.calibration = run, ctx, calibration
         self.calibrator = cal.Calibrator.from_json(calibration.calibrator)
+        self.predictor = ctx.predictor.calibrated(self.calibrator)  # shares the fitted proxy with ctx's
         self.names = [label.name for label in ctx.spec.labels]
         self.label_ids = list(loop_sel.label_index(project=run.project))
         blocked = set((calibration.blocked or {}).keys())
@@ -868,8 +901,7 @@ class Decider:
         )
 
     def _write(self, ids: list[int], p: np.ndarray, texts: list[str]) -> None:
-        p_mean = p.mean(axis=0)
-        q = self.calibrator.apply(p_mean)
+        q = self.predictor.probabilities(p, texts)
         pred, conf = q.argmax(axis=1), q.max(axis=1)
         tier = np.array(["model"] * len(ids), dtype=object)
         accepted = cal.accept(pred, conf, self.limits.get("model", [None] * len(self.names)))
@@ -887,6 +919,7 @@ class Decider:
                 item_id=item_id,
                 prompt_hash=self.run.prompt_hash,
                 adapter_set_hash=self.run.adapter_set_hash,
+                model_version=self.run.model_version,
                 run=self.run,
                 label_id=self.label_ids[int(pred[n])],
                 confidence=round(float(conf[n]), 6),
@@ -902,7 +935,7 @@ class Decider:
                 rows,
                 update_conflicts=True,
                 unique_fields=["item", "prompt_hash", "adapter_set_hash"],
-                update_fields=["run", "label", "confidence", "probs", "tier", "decision", "audit"],
+                update_fields=["run", "model_version", "label", "confidence", "probs", "tier", "decision", "audit"],
             )
             project = self.run.project
             queue_for_people(
@@ -918,7 +951,8 @@ class Decider:
         if cascade == "permuted":
             perms = cal.code_permutations(len(self.names))
             variants = _variant_scores(self.ctx, texts, perms)
-            return cal.permuted_tier(np.concatenate([p.mean(axis=0)[None], variants]), self.calibrator)
+            base = self.ctx.predictor.probabilities(p, texts)  # tier 1's distribution, before calibration
+            return cal.permuted_tier(np.concatenate([base[None], variants]), self.calibrator)
         second = _second_model_scores(self.ctx, self.calibration.second_model_dir, texts)
         return cal.model_tier(second, cal.Calibrator.from_json(self.calibration.tier_calibrators["second_model"]))
 
