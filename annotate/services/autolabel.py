@@ -97,31 +97,49 @@ def _task(task_name: str) -> Any:
     return registered(TASK_NAMES[task_name])
 
 
-def _dispatch(task_name: str, *args: Any, countdown: float | None = None) -> None:
-    task = _task(task_name)
-    if _SYNC_RUNNER is not None:
-        _SYNC_RUNNER.append((task_name, args))
-        return
+Dispatch = Callable[..., None]
+"""How a service sends the job's next unit: ``dispatch(step, *args, countdown=None)``, a step of
+TASK_NAMES. The services take it as an argument: ``celery_dispatch`` (the default) sends the task
+on commit, ``run_inline`` passes an ``InlineQueue`` that runs them in this process."""
+
+
+def celery_dispatch(step: str, *args: Any, countdown: float | None = None) -> None:
+    task = _task(step)
     transaction.on_commit(lambda: task.apply_async(args, countdown=countdown))
 
 
-_SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
+class InlineQueue:
+    """A dispatcher that keeps what it is sent, in order (run_inline runs it; a test reads it)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __call__(self, step: str, *args: Any, countdown: float | None = None) -> None:
+        self.pending.append((step, args))
 
 
-def run_inline(first: Callable[[], Any], *, after_task: Callable[[str], None] | None = None) -> None:
-    """Run ``first`` and every task it enqueues in this process, in order (the CLI's --sync, tests);
-    ``after_task(name)`` after each (the CLI prints progress there)."""
-    global _SYNC_RUNNER
-    saved, _SYNC_RUNNER = _SYNC_RUNNER, []
-    try:
-        first()
-        while _SYNC_RUNNER:
-            name, args = _SYNC_RUNNER.pop(0)
-            _task(name).run(*args)
-            if after_task is not None:
-                after_task(name)
-    finally:
-        _SYNC_RUNNER = saved
+def run_inline(first: Callable[[Dispatch], Any], *, after_task: Callable[[str], None] | None = None) -> None:
+    """Run ``first(dispatch)`` and every unit it sends, and they send, in order in this process (the
+    CLI's --sync, tests): each step's service (what its task calls) with the same inline dispatcher;
+    ``after_task(step)`` after each (the CLI prints progress there)."""
+    queue = InlineQueue()
+    first(queue)
+    while queue.pending:
+        step, args = queue.pending.pop(0)
+        _run_step(step, args, queue)
+        if after_task is not None:
+            after_task(step)
+
+
+def _run_step(step: str, args: tuple[Any, ...], dispatch: Dispatch) -> None:
+    if step == "calibrate":
+        calibration_run(calibration_id=args[0])
+    elif step == "plan":
+        run_plan(run_id=args[0], dispatch=dispatch)
+    elif step == "shard":
+        shard_run(run_id=args[0], shard=args[1], dispatch=dispatch)
+    else:
+        dead_letter_retry_run(dead_letter_ids=args[0])
 
 
 # -- scoring helpers -------------------------------------------------------------------------------
@@ -410,6 +428,7 @@ def calibration_request(
     delta: float = DEFAULT_DELTA,
     cascade: str = "agreement",
     second_model_dir: str = "",
+    dispatch: Dispatch = celery_dispatch,
 ) -> Calibration:
     if not 0.5 <= target < 1.0:
         raise AutolabelError(f"target precision must be in [0.5, 1), got {target}")
@@ -430,7 +449,7 @@ def calibration_request(
             cascade=cascade,
             second_model_dir=second_model_dir,
         )
-        _dispatch("calibrate", row.id)
+        dispatch("calibrate", row.id)
     return row
 
 
@@ -598,6 +617,7 @@ def run_request(
     max_shards_per_worker: int = 2,
     chunk_size: int = 256,
     shard_items: int = SHARD_ITEMS,
+    dispatch: Dispatch = celery_dispatch,
 ) -> AutolabelRun:
     """Ask for "label the pool" on the latest finished calibration; the plan task does the rest."""
     calibration = auto_sel.latest_calibration(project=project, done=True)
@@ -622,7 +642,7 @@ def run_request(
             shard_items=shard_items,
             seed=project.seed,
         )
-        _dispatch("plan", row.id)
+        dispatch("plan", row.id)
     return row
 
 
@@ -630,12 +650,12 @@ def run_dir(run: AutolabelRun) -> Path:
     return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
 
 
-def run_plan(*, run_id: int) -> AutolabelRun:
+def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelRun:
     """pending → running: the drift check, the run's items (written once), its shards; enqueues the
     first shards. A drifted prompt or adapter set refuses the run (nothing is scored)."""
     run = AutolabelRun.objects.select_related("project", "calibration").get(id=run_id)
     if run.status != RunStatus.PENDING:
-        _feed(run)
+        _feed(run, dispatch)
         return run
     ctx = _context(run.project)
     reason = _drift(run, ctx)
@@ -664,7 +684,7 @@ def run_plan(*, run_id: int) -> AutolabelRun:
         )
     run.refresh_from_db()
     if moved:
-        _feed(run)
+        _feed(run, dispatch)
     return run
 
 
@@ -698,7 +718,7 @@ def run_fail(*, run_id: int, reason: str) -> None:
     )
 
 
-def _feed(run: AutolabelRun) -> int:
+def _feed(run: AutolabelRun, dispatch: Dispatch) -> int:
     """Backpressure: queue pending shards until ``max_shards_in_flight`` are queued or running;
     finish the run when none is left. Returns shards enqueued."""
     if run.status != RunStatus.RUNNING:
@@ -712,7 +732,7 @@ def _feed(run: AutolabelRun) -> int:
         .values_list("shard", flat=True)[: max(0, run.max_shards_in_flight - in_flight)]
     ):
         if shards.filter(shard=shard, status=ShardStatus.PENDING).update(status=ShardStatus.QUEUED):
-            _dispatch("shard", run.id, shard)
+            dispatch("shard", run.id, shard)
             sent += 1
     _maybe_finish(run.id)
     return sent
@@ -736,14 +756,14 @@ def _claim(run_id: int, shard: int, me: str) -> bool:
     return claims.claim(AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING), me=me)
 
 
-def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
+def shard_run(*, run_id: int, shard: int, dispatch: Dispatch = celery_dispatch) -> AutolabelShard:
     """Decide one shard's items (task body of ``annotate.gpu.autolabel_shard``). Idempotent: a done
     shard or one a live worker holds is left alone; items already decided are skipped."""
     from annotate.services.scoring import worker_id
 
     me, node = worker_id(), _node()
     try:
-        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node):
+        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node, dispatch):
             row = AutolabelShard.objects.select_related("run__project", "run__calibration").get(
                 run_id=run_id, shard=shard
             )
@@ -758,7 +778,7 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
                 )
                 raise
     finally:
-        _feed(AutolabelRun.objects.get(id=run_id))
+        _feed(AutolabelRun.objects.get(id=run_id), dispatch)
     return AutolabelShard.objects.get(run_id=run_id, shard=shard)
 
 
@@ -784,7 +804,7 @@ def node_load(node: str, *, me: str = "") -> int:
     return sum(1 for w in holders if w == me or worker_alive(w))
 
 
-def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
+def _within_worker_cap(run_id: int, shard: int, me: str, node: str, dispatch: Dispatch) -> bool:
     """Claim first, then count (two claims racing on one node both see each other): over the run's
     ``max_shards_per_worker``, the shard goes back to the queue for another worker, uncounted."""
     row = AutolabelShard.objects.filter(run_id=run_id, shard=shard, worker=me, status=ShardStatus.RUNNING)
@@ -793,7 +813,7 @@ def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
     if node_load(node, me=me) <= cap:
         return True
     if row.update(status=ShardStatus.QUEUED, worker="", node="", attempts=F("attempts") - 1):
-        _dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
+        dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
     return False
 
 
@@ -973,7 +993,9 @@ def dead_letter_add(*, run: AutolabelRun, item_ids: Sequence[int], reason: str, 
     return len(item_ids)
 
 
-def dead_letter_retry(*, project: Project, ids: Sequence[int] | None = None) -> int:
+def dead_letter_retry(
+    *, project: Project, ids: Sequence[int] | None = None, dispatch: Dispatch = celery_dispatch
+) -> int:
     """Queue the project's open dead letters (all, or the given ids) for another try; over-context
     items are scored on their truncated text this time."""
     rows = DeadLetter.objects.filter(run__project=project, resolved=False)
@@ -981,7 +1003,7 @@ def dead_letter_retry(*, project: Project, ids: Sequence[int] | None = None) -> 
         rows = rows.filter(id__in=list(ids))
     picked = list(rows.values_list("id", flat=True))
     if picked:
-        _dispatch("retry", picked)
+        dispatch("retry", picked)
     return len(picked)
 
 
@@ -1041,7 +1063,7 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 # -- resume -----------------------------------------------------------------------------------------
 
 
-def autolabel_resume_all() -> int:
+def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch) -> int:
     """Worker start: pending calibrations and runs are (re)started, so are calibrations running on a
     dead worker; a running run's queued shards and those whose worker died are enqueued again
     (duplicates are harmless: the claim lets one in)."""
@@ -1054,17 +1076,17 @@ def autolabel_resume_all() -> int:
     for cal_id, status, worker in open_calibrations:
         if status == Calibration.Status.RUNNING and worker_alive(worker):
             continue
-        _dispatch("calibrate", cal_id)
+        dispatch("calibrate", cal_id)
         sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
         if run.status == RunStatus.PENDING:
-            _dispatch("plan", run.id)
+            dispatch("plan", run.id)
             sent += 1
             continue
         for shard in AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING]):
             if shard.status == ShardStatus.RUNNING and worker_alive(shard.worker):
                 continue
-            _dispatch("shard", run.id, shard.shard)
+            dispatch("shard", run.id, shard.shard)
             sent += 1
-        sent += _feed(run)
+        sent += _feed(run, dispatch)
     return sent

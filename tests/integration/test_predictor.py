@@ -78,7 +78,9 @@ class Seen:
 
 def _calibrate(project: Any) -> Any:
     holder: list[Any] = []
-    auto.run_inline(lambda: holder.append(auto.calibration_request(project=project, cascade="none")))
+    auto.run_inline(
+        lambda send: holder.append(auto.calibration_request(project=project, cascade="none", dispatch=send))
+    )
     row = type(holder[0]).objects.get(id=holder[0].id)
     assert row.status == "done", row.error
     return row
@@ -86,7 +88,7 @@ def _calibrate(project: Any) -> Any:
 
 def _run(project: Any) -> Any:
     holder: list[Any] = []
-    auto.run_inline(lambda: holder.append(auto.run_request(project=project, audit_share=0.0)))
+    auto.run_inline(lambda send: holder.append(auto.run_request(project=project, audit_share=0.0, dispatch=send)))
     return type(holder[0]).objects.get(id=holder[0].id)
 
 
