@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from annotate.models import AutoLabel, Prediction, Round
+from annotate.selectors.round_display import metric_lines
 from annotate.services import autolabel as auto
 from annotate.services.predictor import RoundPredictor
 from annotate.services.round_state import read_plan, write_plan
@@ -107,6 +108,7 @@ def test_ml_page_selection_and_autolabelling_use_one_predictor(
     fp = record["fingerprint"]
     assert predictor.fingerprint() == fp and predictor.weight == 0.5 and predictor.proxy is not None
     assert predictor.proxy.n_labels == len(read_plan(first)["prod:0"]) == 8
+    assert dict(metric_lines(first.metrics))["Model version"] == fp[:12]  # what the ML page shows
 
     seen.site = "selection"
     second = round_run_sync(round_id=round_request_start(project=project, user=None, run_here=True).id)
