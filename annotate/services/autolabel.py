@@ -1009,7 +1009,9 @@ def dead_letter_retry(
 
 def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
     """Task body: rescore the dead letters' items with their run's calibration. A letter is resolved
-    once its item has a decision; one that fails again stays open with attempts + 1."""
+    once its item has a decision; one that fails again stays open with attempts + 1. Letters of a run
+    whose predictor has drifted since (a newer round, another prompt) stay open: their decisions would
+    carry the run's model version but not its predictor."""
     rows = list(DeadLetter.objects.filter(id__in=list(dead_letter_ids), resolved=False).select_related("run"))
     decided = 0
     for run_id in sorted({r.run_id for r in rows}):
@@ -1017,7 +1019,10 @@ def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
         mine = [r for r in rows if r.run_id == run_id]
         if not run.prompt_hash:
             continue
-        decider = Decider(run, _context(run.project))
+        ctx = _context(run.project)
+        if _drift(run, ctx):
+            continue
+        decider = Decider(run, ctx)
         for letter in mine:
             decider.decide([letter.item_id], retry=True)
         done_ids = set(
