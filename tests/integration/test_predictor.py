@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from annotate.models import AutoLabel, Prediction, Round
+from annotate.selectors import loop as loop_sel
 from annotate.selectors.round_display import metric_lines
 from annotate.services import autolabel as auto
 from annotate.services.predictor import RoundPredictor
@@ -140,8 +141,10 @@ def test_ml_page_selection_and_autolabelling_use_one_predictor(
             assert fp_a == fp_b == fp
             np.testing.assert_array_equal(p_a, p_b)
     # What the ML page reports is computed from exactly these distributions.
-    test_rows = [seen.rows["evaluation"][t][1] for t in seen.common("evaluation", "calibration")]
-    assert len(test_rows) == first.metrics["test_n"]
+    _, test_texts, y = loop_sel.test_items(project=project)
+    assert set(test_texts) <= set(seen.common("evaluation", "calibration"))
+    predicted = np.array([seen.rows["calibration"][t][1].argmax() for t in test_texts])
+    assert first.metrics["accuracy"] == pytest.approx(float((predicted == y).mean()))
 
 
 def test_a_changed_blend_weight_or_proxy_labels_refuses_auto_labelling(
