@@ -45,6 +45,7 @@ def calibration_json(row: Calibration) -> dict[str, Any]:
         "n_calibration": row.n_calibration,
         "prompt_hash": row.prompt_hash,
         "adapter_set_hash": row.adapter_set_hash,
+        "model_version": row.model_version,  # the predictor it was fitted on (training/predictor.py)
     }
     if row.status == Calibration.Status.DONE:
         body.update(
@@ -69,6 +70,7 @@ def run_json(row: AutolabelRun) -> dict[str, Any]:
         "calibration": row.calibration_id,
         "status": row.status,
         "reason": row.reason,
+        "model_version": row.model_version,  # the calibrated predictor stamped on its auto labels
         "progress": {
             "items_done": row.items_done,
             "n_items": row.n_items,

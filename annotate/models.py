@@ -546,14 +546,16 @@ class WorkClaim(models.Model):
 
 
 class Prediction(models.Model):
-    """The ensemble's mean prediction for an item under one prompt and one adapter set."""
+    """The predictor's prediction for an item (training/predictor.py: the adapters' mean blended with
+    the embedding proxy) under one prompt and one adapter set."""
 
     item = models.ForeignKey(Item, related_name="predictions", on_delete=models.CASCADE)
     round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL)
     prompt_hash = models.CharField(max_length=64)
     adapter_set_hash = models.CharField(max_length=64)
-    label = models.ForeignKey(Label, on_delete=models.PROTECT)  # argmax of the mean distribution
-    probs = models.JSONField()  # mean distribution over labels, in label order
+    model_version = models.CharField(max_length=64, blank=True)  # the predictor's fingerprint ("" before 0019)
+    label = models.ForeignKey(Label, on_delete=models.PROTECT)  # argmax of the distribution
+    probs = models.JSONField()  # the predictor's distribution over labels, in label order
     mass = models.FloatField()  # ensemble-mean label mass
     uncertainty = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -630,6 +632,10 @@ class Calibration(models.Model):
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)
     fingerprint = models.JSONField(default=dict, blank=True)
+    # The (uncalibrated) predictor the calibrator and thresholds were fitted on: its fingerprint, the
+    # drift key, and its parts (training/predictor.py), so a refused run can say which part changed.
+    model_version = models.CharField(max_length=64, blank=True)
+    predictor = models.JSONField(default=dict, blank=True)
     n_items = models.PositiveIntegerField(default=0)  # evaluation items (test set + gold): the calibrator
     n_calibration = models.PositiveIntegerField(default=0)  # calibration-split items: the thresholds
     worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/claims.py)
@@ -671,6 +677,7 @@ class AutolabelRun(models.Model):
     reason = models.TextField(blank=True)
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)
+    model_version = models.CharField(max_length=64, blank=True)  # the calibrated predictor's fingerprint
     audit_share = models.FloatField(default=0.02)
     seed = models.PositiveIntegerField(default=0)
     max_shards_in_flight = models.PositiveSmallIntegerField(default=4)  # backpressure on the gpu queue
@@ -726,6 +733,7 @@ class AutoLabel(models.Model):
     item = models.ForeignKey(Item, related_name="auto_labels", on_delete=models.CASCADE)
     prompt_hash = models.CharField(max_length=64)
     adapter_set_hash = models.CharField(max_length=64)
+    model_version = models.CharField(max_length=64, blank=True)  # the calibrated predictor's fingerprint
     run = models.ForeignKey(AutolabelRun, related_name="labels", on_delete=models.CASCADE)
     label = models.ForeignKey(Label, on_delete=models.PROTECT)  # the deciding tier's label
     confidence = models.FloatField()  # calibrated, of the deciding tier

@@ -198,7 +198,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     holder: list[Any] = []
-    auto.run_inline(lambda: holder.append(auto.calibration_request(project=project, cascade=args.cascade)))
+    auto.run_inline(
+        lambda send: holder.append(auto.calibration_request(project=project, cascade=args.cascade, dispatch=send))
+    )
     calibration = Calibration.objects.get(id=holder[0].id)
     if calibration.status != "done":
         raise SystemExit(f"calibration failed: {calibration.error}")
@@ -207,7 +209,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[Any] = []
     with GpuSampler() as gpu:
         started = time.perf_counter()
-        auto.run_inline(lambda: runs.append(auto.run_request(project=project, chunk_size=args.chunk)))
+        auto.run_inline(
+            lambda send: runs.append(auto.run_request(project=project, chunk_size=args.chunk, dispatch=send))
+        )
         wall = time.perf_counter() - started
     run = AutolabelRun.objects.get(id=runs[0].id)
     progress = auto_sel.run_progress(run=run)

@@ -142,6 +142,9 @@ def metric_lines(metrics: dict[str, Any], *, min_test: int = 0) -> list[tuple[st
     blend = metrics.get("blend") or {}
     if isinstance(blend.get("weight"), int | float):
         lines.append(("Predictor", blend_sentence(blend)))
+    version = (metrics.get("predictor") or {}).get("fingerprint")
+    if isinstance(version, str):  # training/predictor.py: the Prediction rows' and auto-labels' model version
+        lines.append(("Model version", version[:12]))
     committee = metrics.get("committee") or {}
     if committee.get("mode") == "blend":
         weight = committee.get("weight")

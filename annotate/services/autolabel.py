@@ -53,10 +53,12 @@ from annotate.models import (
 )
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors import loop as loop_sel
+from annotate.services.predictor import RoundPredictor, round_predictor
 from scoring import batch_manifest, pipeline
 from scoring.prompts import LabelSpec, PromptSpec
 from training import calibrate as cal
 from training import ensemble
+from training.predictor import Predictor
 from training.thresholds import DEFAULT_DELTA
 
 RunStatus = AutolabelRun.Status
@@ -95,31 +97,49 @@ def _task(task_name: str) -> Any:
     return registered(TASK_NAMES[task_name])
 
 
-def _dispatch(task_name: str, *args: Any, countdown: float | None = None) -> None:
-    task = _task(task_name)
-    if _SYNC_RUNNER is not None:
-        _SYNC_RUNNER.append((task_name, args))
-        return
+Dispatch = Callable[..., None]
+"""How a service sends the job's next unit: ``dispatch(step, *args, countdown=None)``, a step of
+TASK_NAMES. The services take it as an argument: ``celery_dispatch`` (the default) sends the task
+on commit, ``run_inline`` passes an ``InlineQueue`` that runs them in this process."""
+
+
+def celery_dispatch(step: str, *args: Any, countdown: float | None = None) -> None:
+    task = _task(step)
     transaction.on_commit(lambda: task.apply_async(args, countdown=countdown))
 
 
-_SYNC_RUNNER: list[tuple[str, tuple[Any, ...]]] | None = None
+class InlineQueue:
+    """A dispatcher that keeps what it is sent, in order (run_inline runs it; a test reads it)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __call__(self, step: str, *args: Any, countdown: float | None = None) -> None:
+        self.pending.append((step, args))
 
 
-def run_inline(first: Callable[[], Any], *, after_task: Callable[[str], None] | None = None) -> None:
-    """Run ``first`` and every task it enqueues in this process, in order (the CLI's --sync, tests);
-    ``after_task(name)`` after each (the CLI prints progress there)."""
-    global _SYNC_RUNNER
-    saved, _SYNC_RUNNER = _SYNC_RUNNER, []
-    try:
-        first()
-        while _SYNC_RUNNER:
-            name, args = _SYNC_RUNNER.pop(0)
-            _task(name).run(*args)
-            if after_task is not None:
-                after_task(name)
-    finally:
-        _SYNC_RUNNER = saved
+def run_inline(first: Callable[[Dispatch], Any], *, after_task: Callable[[str], None] | None = None) -> None:
+    """Run ``first(dispatch)`` and every unit it sends, and they send, in order in this process (the
+    CLI's --sync, tests): each step's service (what its task calls) with the same inline dispatcher;
+    ``after_task(step)`` after each (the CLI prints progress there)."""
+    queue = InlineQueue()
+    first(queue)
+    while queue.pending:
+        step, args = queue.pending.pop(0)
+        _run_step(step, args, queue)
+        if after_task is not None:
+            after_task(step)
+
+
+def _run_step(step: str, args: tuple[Any, ...], dispatch: Dispatch) -> None:
+    if step == "calibrate":
+        calibration_run(calibration_id=args[0])
+    elif step == "plan":
+        run_plan(run_id=args[0], dispatch=dispatch)
+    elif step == "shard":
+        shard_run(run_id=args[0], shard=args[1], dispatch=dispatch)
+    else:
+        dead_letter_retry_run(dead_letter_ids=args[0])
 
 
 # -- scoring helpers -------------------------------------------------------------------------------
@@ -177,8 +197,12 @@ def fingerprint(renderer: Any, spec: PromptSpec, model_dir: str) -> dict[str, st
     }
 
 
-def drift_reason(calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str) -> str:
-    """Empty when the run may use the calibration; else why it may not."""
+def drift_reason(
+    calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str, predictor: Predictor
+) -> str:
+    """Empty when the run may use the calibration; else why it may not: the rendered prompt, the
+    adapters, or any other part of the predictor (training/predictor.py: blend weight, proxy labels)
+    differs from the one the calibration was fitted on."""
     reasons = []
     if prompt_hash != calibration.prompt_hash:
         changed = [name for name, value in parts.items() if (calibration.fingerprint or {}).get(name) != value]
@@ -192,12 +216,29 @@ def drift_reason(calibration: Calibration, *, prompt_hash: str, parts: dict[str,
             f"the adapter set is {adapter_set[:12]}, the thresholds were calibrated on "
             f"{calibration.adapter_set_hash[:12]} (a newer round trained new adapters): recalibrate"
         )
+    if not reasons and predictor.fingerprint() != calibration.model_version:
+        fitted = calibration.predictor or {}
+        why = (
+            f"{', '.join(Predictor.from_json(fitted).changes(predictor))} changed"
+            if fitted
+            else "calibrated before predictors were versioned"
+        )
+        reasons.append(
+            f"the predictor is {predictor.fingerprint()[:12]}, the thresholds were calibrated on "
+            f"{calibration.model_version[:12] or 'an unversioned one'} ({why}): recalibrate"
+        )
     return "; ".join(reasons)
 
 
 def _drift(run: AutolabelRun, ctx: Context) -> str:
     parts = fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir)
-    return drift_reason(run.calibration, prompt_hash=ctx.renderer.prompt_hash, parts=parts, adapter_set=ctx.adapter_set)
+    return drift_reason(
+        run.calibration,
+        prompt_hash=ctx.renderer.prompt_hash,
+        parts=parts,
+        adapter_set=ctx.adapter_set,
+        predictor=ctx.predictor.predictor,
+    )
 
 
 @dataclass
@@ -211,6 +252,7 @@ class Context:
     engine: Any
     refs: list[Any]
     adapter_set: str
+    predictor: RoundPredictor  # uncalibrated: the one the ML page reports for the adapters' round
 
 
 def _context(project: Project) -> Context:
@@ -221,14 +263,17 @@ def _context(project: Project) -> Context:
     # evaluated under, whatever the deployment's options are now.
     config = worker_config(adapters[0].round) if adapters else loop_config(project)
     refs = loop_sel.adapter_refs(adapters)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    source = adapters[0].round if adapters else None
     return Context(
         project=project,
         config=config,
         spec=config.prompt,
-        renderer=pipeline.make_renderer(config.model_dir, config.prompt, config.max_context),
+        renderer=renderer,
         engine=ensemble.make_engine(config),
         refs=refs,
         adapter_set=adapter_set_hash(refs),
+        predictor=round_predictor(source, prompt_hash=renderer.prompt_hash, n_classes=len(config.prompt.labels)),
     )
 
 
@@ -383,6 +428,7 @@ def calibration_request(
     delta: float = DEFAULT_DELTA,
     cascade: str = "agreement",
     second_model_dir: str = "",
+    dispatch: Dispatch = celery_dispatch,
 ) -> Calibration:
     if not 0.5 <= target < 1.0:
         raise AutolabelError(f"target precision must be in [0.5, 1), got {target}")
@@ -403,7 +449,7 @@ def calibration_request(
             cascade=cascade,
             second_model_dir=second_model_dir,
         )
-        _dispatch("calibrate", row.id)
+        dispatch("calibrate", row.id)
     return row
 
 
@@ -452,7 +498,8 @@ def _fit(row: Calibration) -> dict[str, Any]:
     scores = _score(ctx.engine, ctx.renderer, ev.texts + split.texts, ctx.refs, 256)
     steppoints.reached("calibrate", row.id)  # scored, nothing written: a kill here must resume
     members_split = scores.p[:, n_ev:]
-    p_mean, p_split = scores.p[:, :n_ev].mean(axis=0), members_split.mean(axis=0)
+    p_all = ctx.predictor.probabilities(scores.p, ev.texts + split.texts)  # what the ML page reports
+    p_mean, p_split = p_all[:n_ev], p_all[n_ev:]
     calibrator = cal.fit_calibrator(p_mean, y)
 
     def rules(pred: np.ndarray, conf: np.ndarray) -> list[dict]:
@@ -475,6 +522,7 @@ def _fit(row: Calibration) -> dict[str, Any]:
     gold = np.array(ev.is_gold, dtype=bool)
     bias_rows = (np.flatnonzero(gold) if gold.any() else np.arange(len(y)))[:BIAS_SLICE]
     bias_variants = _variant_scores(ctx, [ev.texts[i] for i in bias_rows], perms)
+    adapters_mean = scores.p[:, :n_ev].mean(axis=0)  # the label-order check reads the adapters, not the proxy
     return {
         "prompt_hash": ctx.renderer.prompt_hash,
         "adapter_set_hash": ctx.adapter_set,
@@ -484,6 +532,8 @@ def _fit(row: Calibration) -> dict[str, Any]:
             **fingerprint(ctx.renderer, ctx.spec, ctx.config.model_dir),
             "prompt version": batch_manifest.prompt_version(ctx.spec),
         },
+        "model_version": ctx.predictor.fingerprint,
+        "predictor": ctx.predictor.predictor.to_json(),
         "n_items": len(y),
         "n_calibration": len(y_split),
         "calibrator": calibrator.to_json(),
@@ -491,7 +541,7 @@ def _fit(row: Calibration) -> dict[str, Any]:
         "after": cal.reliability(calibrator.apply(p_mean), y),
         "thresholds": thresholds,
         "tier_calibrators": tier_calibrators,
-        "bias": cal.label_order_bias(p_mean[bias_rows], bias_variants, perms),
+        "bias": cal.label_order_bias(adapters_mean[bias_rows], bias_variants, perms),
         "gold_report": _gold_report(row.project, ev, calibrator.apply(p_mean), names),
         "rate": {
             "engine": ctx.config.engine,
@@ -572,6 +622,7 @@ def run_request(
     max_shards_per_worker: int = 2,
     chunk_size: int = 256,
     shard_items: int = SHARD_ITEMS,
+    dispatch: Dispatch = celery_dispatch,
 ) -> AutolabelRun:
     """Ask for "label the pool" on the latest finished calibration; the plan task does the rest."""
     calibration = auto_sel.latest_calibration(project=project, done=True)
@@ -596,7 +647,7 @@ def run_request(
             shard_items=shard_items,
             seed=project.seed,
         )
-        _dispatch("plan", row.id)
+        dispatch("plan", row.id)
     return row
 
 
@@ -604,12 +655,12 @@ def run_dir(run: AutolabelRun) -> Path:
     return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
 
 
-def run_plan(*, run_id: int) -> AutolabelRun:
+def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelRun:
     """pending → running: the drift check, the run's items (written once), its shards; enqueues the
     first shards. A drifted prompt or adapter set refuses the run (nothing is scored)."""
     run = AutolabelRun.objects.select_related("project", "calibration").get(id=run_id)
     if run.status != RunStatus.PENDING:
-        _feed(run)
+        _feed(run, dispatch)
         return run
     ctx = _context(run.project)
     reason = _drift(run, ctx)
@@ -631,13 +682,14 @@ def run_plan(*, run_id: int) -> AutolabelRun:
             started_at=timezone.now(),
             prompt_hash=ctx.renderer.prompt_hash,
             adapter_set_hash=ctx.adapter_set,
+            model_version=ctx.predictor.calibrated(cal.Calibrator.from_json(run.calibration.calibrator)).fingerprint,
             n_items=len(ids),
             n_shards=n_shards,
             counts={"k": max(1, len(ctx.refs))},
         )
     run.refresh_from_db()
     if moved:
-        _feed(run)
+        _feed(run, dispatch)
     return run
 
 
@@ -671,7 +723,7 @@ def run_fail(*, run_id: int, reason: str) -> None:
     )
 
 
-def _feed(run: AutolabelRun) -> int:
+def _feed(run: AutolabelRun, dispatch: Dispatch) -> int:
     """Backpressure: queue pending shards until ``max_shards_in_flight`` are queued or running;
     finish the run when none is left. Returns shards enqueued."""
     if run.status != RunStatus.RUNNING:
@@ -685,7 +737,7 @@ def _feed(run: AutolabelRun) -> int:
         .values_list("shard", flat=True)[: max(0, run.max_shards_in_flight - in_flight)]
     ):
         if shards.filter(shard=shard, status=ShardStatus.PENDING).update(status=ShardStatus.QUEUED):
-            _dispatch("shard", run.id, shard)
+            dispatch("shard", run.id, shard)
             sent += 1
     _maybe_finish(run.id)
     return sent
@@ -709,14 +761,14 @@ def _claim(run_id: int, shard: int, me: str) -> bool:
     return claims.claim(AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING), me=me)
 
 
-def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
+def shard_run(*, run_id: int, shard: int, dispatch: Dispatch = celery_dispatch) -> AutolabelShard:
     """Decide one shard's items (task body of ``annotate.gpu.autolabel_shard``). Idempotent: a done
     shard or one a live worker holds is left alone; items already decided are skipped."""
     from annotate.services.scoring import worker_id
 
     me, node = worker_id(), _node()
     try:
-        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node):
+        if _claim(run_id, shard, me) and _within_worker_cap(run_id, shard, me, node, dispatch):
             row = AutolabelShard.objects.select_related("run__project", "run__calibration").get(
                 run_id=run_id, shard=shard
             )
@@ -731,7 +783,7 @@ def shard_run(*, run_id: int, shard: int) -> AutolabelShard:
                 )
                 raise
     finally:
-        _feed(AutolabelRun.objects.get(id=run_id))
+        _feed(AutolabelRun.objects.get(id=run_id), dispatch)
     return AutolabelShard.objects.get(run_id=run_id, shard=shard)
 
 
@@ -757,7 +809,7 @@ def node_load(node: str, *, me: str = "") -> int:
     return sum(1 for w in holders if w == me or worker_alive(w))
 
 
-def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
+def _within_worker_cap(run_id: int, shard: int, me: str, node: str, dispatch: Dispatch) -> bool:
     """Claim first, then count (two claims racing on one node both see each other): over the run's
     ``max_shards_per_worker``, the shard goes back to the queue for another worker, uncounted."""
     row = AutolabelShard.objects.filter(run_id=run_id, shard=shard, worker=me, status=ShardStatus.RUNNING)
@@ -766,7 +818,7 @@ def _within_worker_cap(run_id: int, shard: int, me: str, node: str) -> bool:
     if node_load(node, me=me) <= cap:
         return True
     if row.update(status=ShardStatus.QUEUED, worker="", node="", attempts=F("attempts") - 1):
-        _dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
+        dispatch("shard", run_id, shard, countdown=WORKER_FULL_RETRY_S)
     return False
 
 
@@ -835,12 +887,22 @@ class Decisions:
         }
 
     def write(
-        self, ids: list[int], p: np.ndarray, *, tier2: Tier2 | None = None, to_people: np.ndarray | None = None
+        self,
+        ids: list[int],
+        p: np.ndarray,
+        *,
+        q: np.ndarray | None = None,
+        tier2: Tier2 | None = None,
+        to_people: np.ndarray | None = None,
     ) -> np.ndarray:
         """Decide the items ``ids`` from their members' distributions ``p`` [K, N, C] (upserts: a repeat
-        rewrites the same rows); ``tier2`` scores the rows tier 1 escalates (None: they go to people);
-        ``to_people`` (bool[N]) escalates rows whatever their confidence. Returns the accepted mask."""
-        q = self.calibrator.apply(p.mean(axis=0))
+        rewrites the same rows); ``q``: the calibrated predictor's probabilities [N, C] when the caller
+        has them (the engine's path: annotate/services/predictor.py), else the calibrator on the members'
+        mean (a batch API's answers); ``tier2`` scores the rows tier 1 escalates (None: they go to
+        people); ``to_people`` (bool[N]) escalates rows whatever their confidence. Returns the accepted
+        mask."""
+        if q is None:
+            q = self.calibrator.apply(p.mean(axis=0))
         pred, conf = q.argmax(axis=1), q.max(axis=1)
         tier = np.array(["model"] * len(ids), dtype=object)
         never = [None] * len(self.label_ids)
@@ -860,6 +922,7 @@ class Decisions:
                 item_id=item_id,
                 prompt_hash=self.run.prompt_hash,
                 adapter_set_hash=self.run.adapter_set_hash,
+                model_version=self.run.model_version,
                 run=self.run,
                 label_id=self.label_ids[int(pred[n])],
                 confidence=round(float(conf[n]), 6),
@@ -875,7 +938,7 @@ class Decisions:
                 rows,
                 update_conflicts=True,
                 unique_fields=["item", "prompt_hash", "adapter_set_hash"],
-                update_fields=["run", "label", "confidence", "probs", "tier", "decision", "audit"],
+                update_fields=["run", "model_version", "label", "confidence", "probs", "tier", "decision", "audit"],
             )
             project = self.run.project
             queue_for_people(
@@ -894,6 +957,7 @@ class Decider(Decisions):
     def __init__(self, run: AutolabelRun, ctx: Context) -> None:
         super().__init__(run)
         self.ctx = ctx
+        self.predictor = ctx.predictor.calibrated(self.calibrator)  # shares the fitted proxy with ctx's
         self.names = [label.name for label in ctx.spec.labels]
 
     def decide(self, item_ids: list[int], *, retry: bool = False) -> None:
@@ -939,12 +1003,13 @@ class Decider(Decisions):
         )
 
     def _write(self, ids: list[int], p: np.ndarray, texts: list[str]) -> None:
+        q = self.predictor.probabilities(p, texts)
         cascade = self.calibration.cascade
 
         def tier2(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return self._tier2(cascade, p[:, rows], [texts[i] for i in rows])
 
-        self.write(ids, p, tier2=tier2)
+        self.write(ids, p, q=q, tier2=tier2)
 
     def _tier2(self, cascade: str, p: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if cascade == "agreement":
@@ -952,7 +1017,8 @@ class Decider(Decisions):
         if cascade == "permuted":
             perms = cal.code_permutations(len(self.names))
             variants = _variant_scores(self.ctx, texts, perms)
-            return cal.permuted_tier(np.concatenate([p.mean(axis=0)[None], variants]), self.calibrator)
+            base = self.ctx.predictor.probabilities(p, texts)  # tier 1's distribution, before calibration
+            return cal.permuted_tier(np.concatenate([base[None], variants]), self.calibrator)
         second = _second_model_scores(self.ctx, self.calibration.second_model_dir, texts)
         return cal.model_tier(second, cal.Calibrator.from_json(self.calibration.tier_calibrators["second_model"]))
 
@@ -973,7 +1039,9 @@ def dead_letter_add(*, run: AutolabelRun, item_ids: Sequence[int], reason: str, 
     return len(item_ids)
 
 
-def dead_letter_retry(*, project: Project, ids: Sequence[int] | None = None) -> int:
+def dead_letter_retry(
+    *, project: Project, ids: Sequence[int] | None = None, dispatch: Dispatch = celery_dispatch
+) -> int:
     """Queue the project's open dead letters (all, or the given ids) for another try; over-context
     items are scored on their truncated text this time."""
     rows = DeadLetter.objects.filter(run__project=project, resolved=False)
@@ -981,13 +1049,15 @@ def dead_letter_retry(*, project: Project, ids: Sequence[int] | None = None) -> 
         rows = rows.filter(id__in=list(ids))
     picked = list(rows.values_list("id", flat=True))
     if picked:
-        _dispatch("retry", picked)
+        dispatch("retry", picked)
     return len(picked)
 
 
 def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
     """Task body: rescore the dead letters' items with their run's calibration. A letter is resolved
-    once its item has a decision; one that fails again stays open with attempts + 1."""
+    once its item has a decision; one that fails again stays open with attempts + 1. Letters of a run
+    whose predictor has drifted since (a newer round, another prompt) stay open: their decisions would
+    carry the run's model version but not its predictor."""
     rows = list(DeadLetter.objects.filter(id__in=list(dead_letter_ids), resolved=False).select_related("run"))
     decided = 0
     for run_id in sorted({r.run_id for r in rows}):
@@ -995,7 +1065,10 @@ def dead_letter_retry_run(*, dead_letter_ids: Sequence[int]) -> int:
         mine = [r for r in rows if r.run_id == run_id]
         if not run.prompt_hash:
             continue
-        decider = Decider(run, _context(run.project))
+        ctx = _context(run.project)
+        if _drift(run, ctx):
+            continue
+        decider = Decider(run, ctx)
         for letter in mine:
             decider.decide([letter.item_id], retry=True)
         done_ids = set(
@@ -1041,7 +1114,7 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 # -- resume -----------------------------------------------------------------------------------------
 
 
-def autolabel_resume_all() -> int:
+def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch) -> int:
     """Worker start: pending calibrations and runs are (re)started, so are calibrations running on a
     dead worker; a running run's queued shards and those whose worker died are enqueued again
     (duplicates are harmless: the claim lets one in)."""
@@ -1054,17 +1127,17 @@ def autolabel_resume_all() -> int:
     for cal_id, status, worker in open_calibrations:
         if status == Calibration.Status.RUNNING and worker_alive(worker):
             continue
-        _dispatch("calibrate", cal_id)
+        dispatch("calibrate", cal_id)
         sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
         if run.status == RunStatus.PENDING:
-            _dispatch("plan", run.id)
+            dispatch("plan", run.id)
             sent += 1
             continue
         for shard in AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING]):
             if shard.status == ShardStatus.RUNNING and worker_alive(shard.worker):
                 continue
-            _dispatch("shard", run.id, shard.shard)
+            dispatch("shard", run.id, shard.shard)
             sent += 1
-        sent += _feed(run)
+        sent += _feed(run, dispatch)
     return sent

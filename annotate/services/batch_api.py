@@ -164,6 +164,8 @@ def _batch_run(
         status=AutolabelRun.Status.DONE,
         prompt_hash=version,
         adapter_set_hash=BATCH_API_KEY,
+        # the answers are a batch API's model under this prompt version, not our predictor's
+        model_version=f"{BATCH_API_KEY}:{version}"[:64],
         audit_share=audit_share,
         seed=project.seed,
         n_items=n_items,

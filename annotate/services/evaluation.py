@@ -29,9 +29,11 @@ from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkCl
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
 from annotate.services.projects import stop_set_draw
+from annotate.services.proxy import item_texts, plan_proxy_probabilities
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
+from scoring.signals import mean_distribution
 from scoring.toplayers import adapted_layers, adapter_config
 from training import blend, curves, ensemble
 from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
@@ -158,12 +160,13 @@ def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarra
 
 def _score_sets(
     row: Round, test_ids: list[int], texts: list[str], y: np.ndarray, stop_ids: list[int], stop_texts: list[str]
-) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray, dict[str, Any]]:
-    """Metrics and mean distribution per adapter set: prod (the round's predictor: the ensemble
-    blended with the proxy, training/blend.py), prod0 (its first member alone), and where trained:
-    scratch, active, random (none without test items); the predictor's distribution on the stop
-    set, scored in the same engine call as its test set so the prompt prefix is computed once for
-    both; and the blend's record for the metrics (empty with ``blend`` off)."""
+) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray, dict[str, Any], dict[str, Any]]:
+    """Metrics and distribution per adapter set: prod (the round's predictor, training/predictor.py:
+    the ensemble blended with the proxy), prod0 (its first member's mean alone), and where trained:
+    scratch, active, random (their members' mean; none without test items); the predictor's
+    distribution on the stop set, scored in the same engine call as its test set so the prompt
+    prefix is computed once for both; the blend's record for the metrics (empty with ``blend`` off);
+    and the predictor's parts and fingerprint (empty without prod adapters)."""
     from training.evaluate import evaluate
 
     config = worker_config(row)
@@ -178,13 +181,15 @@ def _score_sets(
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     p_stop = np.empty((0, len(names)))
     blend_record: dict[str, Any] = {}
+    predictor: dict[str, Any] = {}
     own = heldout_write(row, engine, renderer, len(names)) if config.blend == "auto" else None
     for arm, adapters in by_arm.items():
         refs = loop_sel.adapter_refs(adapters)
         if arm == AdapterVersion.Arm.PROD:
-            p_all = ensemble.ensemble_mean(engine, renderer, [*texts, *stop_texts], refs)
-            if config.blend == "auto":
-                p_all, blend_record = _blended(row, [*test_ids, *stop_ids], p_all, y, own)
+            member_p = engine.score(renderer, [*texts, *stop_texts], refs).p
+            p_all, blend_record, predictor = _predicted(
+                row, renderer.prompt_hash, member_p, [*test_ids, *stop_ids], y, own
+            )
             p_mean, p_stop = p_all[: len(texts)], p_all[len(texts) :]
             if texts:
                 out[arm] = (evaluate(p_mean, y, label_names=names), p_mean)
@@ -197,7 +202,7 @@ def _score_sets(
         out["prod0"] = (metrics, p_mean)
     elif "scratch" in out:
         out["prod0"] = out["prod"]
-    return out, p_stop, blend_record
+    return out, p_stop, blend_record, predictor
 
 
 def heldout_path(row: Round) -> Path:
@@ -226,7 +231,8 @@ def heldout_write(row: Round, engine: Any, renderer: Any, n_classes: int) -> ble
     y = np.array([index[r[3]] for r in rows], dtype=np.int64)
     p_llm = np.asarray(ensemble.ensemble_mean(engine, renderer, texts, loop_sel.adapter_refs(previous)), np.float32)
     p_proxy = np.asarray(
-        _plan_proxy(previous[0].round, texts, [r[2] for r in rows], n_classes, exclude=set(ids)), np.float32
+        plan_proxy_probabilities(previous[0].round, texts, [r[2] for r in rows], n_classes, exclude=set(ids)),
+        np.float32,
     )
     uniform = np.array([r[4] == BatchItem.Source.RANDOM for r in rows], dtype=bool)  # the random slice
     atomic_save_npz(
@@ -253,19 +259,42 @@ def heldout_evidence(row: Round, n_classes: int, own: blend.HeldOut | None) -> l
     return evidence
 
 
-def _blended(
-    row: Round, item_ids: list[int], p_llm: np.ndarray, y: np.ndarray, own: blend.HeldOut | None
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """The predictor's distributions on ``item_ids`` (test then stop items): the adapters' mean
-    ``p_llm`` blended with the proxy trained on the labels the adapters trained on (the round's
-    plan), at the weight the held-out evidence fits; and the record the ML page shows (weight, why,
-    held-out and test accuracy of each part) with every grid weight's counts on the round's batch,
-    its random slice and the test set — the inputs of any other rule for the weight, replayed offline
-    by bench/blend_rules.py (the test counts never choose the weight)."""
-    from annotate.services.proxy import item_texts
+def _predicted(
+    row: Round,
+    prompt_hash: str,
+    member_p: np.ndarray,
+    item_ids: list[int],
+    y: np.ndarray,
+    own: blend.HeldOut | None,
+) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
+    """The round's predictor (annotate/services/predictor.py) on ``item_ids`` (test then stop items)
+    from its members' scores: with loop option ``blend`` auto, at the weight the held-out evidence
+    fits (``_blend_record``), else the adapters alone; its distributions, the blend's record and
+    the predictor's parts with its fingerprint (the ML page's model version)."""
+    from annotate.services.predictor import round_predictor
 
-    n_classes = p_llm.shape[1]
-    fit = blend.fit_weight(heldout_evidence(row, n_classes, own))
+    n_classes = member_p.shape[-1]
+    fit = blend.fit_weight(heldout_evidence(row, n_classes, own)) if round_config(row).blend == "auto" else None
+    predictor = round_predictor(
+        row, prompt_hash=prompt_hash, n_classes=n_classes, weight=1.0 if fit is None else fit.weight
+    )
+    rows = item_texts(item_ids)
+    texts, hashes = [rows[i][0] for i in item_ids], [rows[i][1] for i in item_ids]
+    record: dict[str, Any] = {}
+    if fit is not None:
+        p_llm = mean_distribution(member_p)
+        p_proxy = predictor.proxy_probabilities(texts, hashes) if item_ids else None
+        record = _blend_record(fit, own, p_llm, p_proxy, y)
+    return predictor.probabilities(member_p, texts, hashes), record, predictor.predictor.to_json()
+
+
+def _blend_record(
+    fit: blend.BlendFit, own: blend.HeldOut | None, p_llm: np.ndarray, p_proxy: np.ndarray | None, y: np.ndarray
+) -> dict[str, Any]:
+    """What the ML page shows of the blend (weight, why, held-out and test accuracy of each part)
+    with every grid weight's counts on the round's batch, its random slice and the test set — the
+    inputs of any other rule for the weight, replayed offline by bench/blend_rules.py (the test
+    counts never choose the weight)."""
     evidence: dict[str, Any] = {"grid": list(blend.GRID)}
     if own is not None and own.uniform is not None:
         evidence["batch"] = blend.weight_counts(own.p_llm, own.p_proxy, own.y)
@@ -277,34 +306,14 @@ def _blended(
         "reason": fit.reason,
         "evidence": evidence,
     }
-    if not item_ids:
-        return p_llm, record
-    rows = item_texts(item_ids)
-    p_proxy = _plan_proxy(row, [rows[i][0] for i in item_ids], [rows[i][1] for i in item_ids], n_classes)
-    p = blend.blend(p_llm, p_proxy, fit.weight)
-    if len(y):
+    if p_proxy is not None and len(y):
         test = blend.weight_counts(p_llm[: len(y)], p_proxy[: len(y)], y)
         evidence["test"] = test
         record["test_accuracy"] = {
             name: test["correct"][blend.GRID.index(w)] / len(y)
             for name, w in (("llm", 1.0), ("proxy", 0.0), ("blend", fit.weight))
         }
-    return p, record
-
-
-def _plan_proxy(
-    row: Round, texts: list[str], hashes: list[str], n_classes: int, exclude: set[int] | None = None
-) -> np.ndarray:
-    """The embedding proxy trained on the labels the round's prod adapters trained on (its frozen
-    plan, less ``exclude``), over ``texts``: the proxy beside the adapters learns from exactly the
-    same labels."""
-    from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
-
-    pairs = [(int(i), int(y)) for i, y in read_plan(row)["prod:0"] if not exclude or int(i) not in exclude]
-    known = item_texts([i for i, _ in pairs])
-    pairs = [(i, y) for i, y in pairs if i in known]  # an item deleted since trains nothing
-    train = embeddings([known[i][0] for i, _ in pairs], [known[i][1] for i, _ in pairs])
-    return proxy_probabilities(train, [y for _, y in pairs], embeddings(texts, hashes), n_classes)
+    return record
 
 
 def _adapters(row: Round) -> dict[str, Any]:
@@ -405,13 +414,15 @@ def _evaluate(row: Round) -> None:
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row)}
-    scores, p_stop, blend_record = (
+    scores, p_stop, blend_record, predictor = (
         _score_sets(row, test_ids, texts, y, stop_ids, stop_texts)
         if test_ids or stop_ids
-        else ({}, np.empty((0, 0)), {})
+        else ({}, np.empty((0, 0)), {}, {})
     )
     if blend_record:
         metrics["blend"] = blend_record
+    if predictor:
+        metrics["predictor"] = predictor
     if stop_ids:
         metrics["stop_set"] = _stop_predictions(row, stop_ids, p_stop)
     if test_ids:

@@ -19,6 +19,7 @@ DATASET_FIELDS = [
     "audit",
     "prompt_hash",
     "adapter_set",
+    "model_version",
     "run",
     "is_test",
     "is_gold",
@@ -71,6 +72,7 @@ def _rows(chunk: list[Item]) -> Iterator[dict[str, Any]]:
             "audit": auto.audit if auto is not None else "",
             "prompt_hash": auto.prompt_hash if auto is not None else "",
             "adapter_set": auto.adapter_set_hash if auto is not None else "",
+            "model_version": auto.model_version if auto is not None else "",  # the calibrated predictor
             "run": auto.run_id if auto is not None else None,
             "is_test": item.is_test,
             "is_gold": item.id in gold,
@@ -90,6 +92,7 @@ def _parquet(rows: Iterator[dict[str, Any]]) -> Iterator[bytes]:
             ("audit", pa.string()),
             ("prompt_hash", pa.string()),
             ("adapter_set", pa.string()),
+            ("model_version", pa.string()),
             ("run", pa.int64()),
             ("is_test", pa.bool_()),
             ("is_gold", pa.bool_()),

@@ -1,7 +1,8 @@
-"""The embedding side of a round, shared by the selection and evaluation steps: items' texts, the
-sentence embeddings of items (the encoder cache) and the embedding proxy's label distributions (logistic
-regression on the labels so far, scoring.proxy) — the selection's committee member and the
-evaluation's blend partner (training/blend.py). Step services import this, never each other."""
+"""The embedding side of a round, shared by the selection and evaluation steps and auto-labelling:
+items' texts, the sentence embeddings of items (the encoder cache) and the embedding proxy's label
+distributions (logistic regression, scoring.proxy) — on the labels so far, the selection's committee
+member; on the labels a round's adapters trained on (its plan), the predictor's blend partner
+(training/predictor.py). Step services import this, never each other."""
 
 from __future__ import annotations
 
@@ -31,6 +32,32 @@ def item_texts(ids: Sequence[int]) -> dict[int, tuple[str, str]]:
 
     rows = Item.objects.filter(id__in=[int(i) for i in ids]).values_list("id", "text", "text_hash")
     return {i: (text, h) for i, text, h in rows}
+
+
+def plan_proxy(row: Any, n_classes: int, exclude: set[int] | None = None) -> tuple[list[tuple[int, int]], Any]:
+    """The embedding proxy fitted on the labels the round's prod adapters trained on (its frozen plan,
+    less ``exclude``): the (item id, class index) pairs it learned from and the fitted proxy (None
+    without labels: uniform)."""
+    from annotate.services.round_state import read_plan
+    from scoring.proxy import fit_proxy
+
+    pairs = [(int(i), int(y)) for i, y in read_plan(row)["prod:0"] if not exclude or int(i) not in exclude]
+    known = item_texts([i for i, _ in pairs])
+    pairs = [(i, y) for i, y in pairs if i in known]  # an item deleted since trains nothing
+    if not pairs:
+        return pairs, None
+    train = embeddings([known[i][0] for i, _ in pairs], [known[i][1] for i, _ in pairs])
+    return pairs, fit_proxy(train, np.asarray([y for _, y in pairs]), n_classes)
+
+
+def plan_proxy_probabilities(
+    row: Any, texts: list[str], hashes: list[str], n_classes: int, exclude: set[int] | None = None
+) -> np.ndarray:
+    """``plan_proxy``'s distributions over ``texts`` (uniform without labels)."""
+    _, proxy = plan_proxy(row, n_classes, exclude)
+    if proxy is None:
+        return np.full((len(texts), n_classes), 1.0 / n_classes)
+    return np.asarray(proxy.predict_proba(embeddings(texts, hashes)))
 
 
 def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import claims
+from annotate.services.predictor import round_predictor
 from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
 from scoring import pipeline, portfolio, strategies
@@ -106,13 +107,15 @@ def predictions_upsert(
     *,
     round: Round,
     item_ids: np.ndarray,
-    mean_p: np.ndarray,
+    probs: np.ndarray,
     mass_mean: np.ndarray,
     uncertainty: np.ndarray | None,
     prompt_hash: str,
     adapter_set_hash: str,
+    model_version: str = "",
 ) -> int:
-    """One Prediction per (item, prompt, adapter set); a rerun updates the same rows."""
+    """One Prediction per (item, prompt, adapter set) — the predictor's distribution ``probs`` and its
+    fingerprint ``model_version`` (training/predictor.py); a rerun updates the same rows."""
     label_ids = list(loop_sel.label_index(project=round.project))
     rows = [
         Prediction(
@@ -120,8 +123,9 @@ def predictions_upsert(
             round=round,
             prompt_hash=prompt_hash,
             adapter_set_hash=adapter_set_hash,
-            label_id=label_ids[int(np.argmax(mean_p[i]))],
-            probs=[round_(x) for x in mean_p[i]],
+            model_version=model_version,
+            label_id=label_ids[int(np.argmax(probs[i]))],
+            probs=[round_(x) for x in probs[i]],
             mass=float(mass_mean[i]),
             uncertainty=None if uncertainty is None else float(uncertainty[i]),
         )
@@ -132,7 +136,7 @@ def predictions_upsert(
             rows[start : start + PREDICTION_CHUNK],
             update_conflicts=True,
             unique_fields=["item", "prompt_hash", "adapter_set_hash"],
-            update_fields=["round", "label", "probs", "mass", "uncertainty"],
+            update_fields=["round", "model_version", "label", "probs", "mass", "uncertainty"],
         )
     return len(rows)
 
@@ -165,6 +169,8 @@ class Scored:
     ids: np.ndarray  # int64[N] item ids
     signals: pipeline.Signals
     threshold: float
+    probs: np.ndarray  # float[N, C]: the predictor's distributions (training/predictor.py)
+    model_version: str  # the predictor's fingerprint
 
 
 @dataclass(frozen=True)
@@ -292,11 +298,12 @@ def _scored_record(row: Round, scored: Scored) -> int:
     predictions_upsert(
         round=row,
         item_ids=scored.ids,
-        mean_p=sig.mean_p,
+        probs=scored.probs,
         mass_mean=sig.mass_mean,
         uncertainty=sig.uncertainty,
         prompt_hash=row.prompt_hash,
         adapter_set_hash=row.adapter_set_hash,
+        model_version=scored.model_version,
     )
     low = scored.ids[sig.review]
     review_bucket_move(
@@ -366,12 +373,20 @@ def _committee_weight(row: Round) -> float | None:
 
 
 def _scored(row: Round, config: ensemble.LoopConfig) -> Scored:
-    """The full-ensemble rows of the round's shards and their signals; refused (fail closed) unless
-    scored with the current adapter set."""
+    """The full-ensemble rows of the round's shards, their signals and the predictor's distributions
+    (the adapters that scored them, as their round's evaluation blended them); refused (fail closed)
+    unless scored with the current adapter set."""
     from scoring.cache import require_current
 
     require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
     paths = [Path(p) for p in ScoreShard.objects.filter(round=row).order_by("shard").values_list("path", flat=True)]
     ids, p, mass, full = pipeline.load_shards(paths)
     ids, p, mass = ids[full], p[:, full], mass[:, full]
-    return Scored(ids, pipeline.signals(p, mass, config.selection), config.selection.mass_threshold)
+    previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
+    source = previous[0].round if previous else None
+    predictor = round_predictor(source, prompt_hash=row.prompt_hash, n_classes=p.shape[-1])
+    texts, hashes = _texts(ids) if predictor.predictor.needs_proxy else ([], [])  # the proxy's input only
+    probs = predictor.probabilities(p, texts, hashes)
+    return Scored(
+        ids, pipeline.signals(p, mass, config.selection), config.selection.mass_threshold, probs, predictor.fingerprint
+    )

@@ -29,7 +29,7 @@ def _tiny_options(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def calibrated(project, **options) -> Calibration:  # type: ignore[no-untyped-def]
     holder: list[Calibration] = []
-    auto.run_inline(lambda: holder.append(auto.calibration_request(project=project, **options)))
+    auto.run_inline(lambda send: holder.append(auto.calibration_request(project=project, dispatch=send, **options)))
     row = Calibration.objects.get(id=holder[0].id)
     assert row.status == "done", row.error
     return row
@@ -37,7 +37,7 @@ def calibrated(project, **options) -> Calibration:  # type: ignore[no-untyped-de
 
 def run(project, **options) -> AutolabelRun:  # type: ignore[no-untyped-def]
     holder: list[AutolabelRun] = []
-    auto.run_inline(lambda: holder.append(auto.run_request(project=project, **options)))
+    auto.run_inline(lambda send: holder.append(auto.run_request(project=project, dispatch=send, **options)))
     return AutolabelRun.objects.get(id=holder[0].id)
 
 
@@ -116,7 +116,7 @@ def test_dead_letters_are_written_and_retried(shared_data: Path, tiny_llama_dir:
     project.mass_threshold = 0.0
     project.save()
     picked: list[int] = []
-    auto.run_inline(lambda: picked.append(auto.dead_letter_retry(project=project)))
+    auto.run_inline(lambda send: picked.append(auto.dead_letter_retry(project=project, dispatch=send)))
     assert picked == [45]
     assert not auto_sel.dead_letters(project=project).exists()
     assert AutoLabel.objects.filter(run=first).count() == 45  # the long item scored on its cut text

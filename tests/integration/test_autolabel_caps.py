@@ -39,12 +39,11 @@ def test_a_worker_at_its_cap_hands_the_shard_back(
         AutolabelShard.objects.create(run=run, shard=3, status="pending")
         assert auto.node_load("gpu-a") == 2
         monkeypatch.setattr(auto, "_node", lambda: "gpu-a")
-        sent: list[tuple[str, tuple]] = []
-        monkeypatch.setattr(auto, "_SYNC_RUNNER", sent)  # capture what the service enqueues
-        auto.shard_run(run_id=run.id, shard=2)
+        sent = auto.InlineQueue()  # captures what the service enqueues
+        auto.shard_run(run_id=run.id, shard=2, dispatch=sent)
         back = AutolabelShard.objects.get(run=run, shard=2)
         assert back.status == "queued" and back.attempts == 0 and back.worker == "" and back.node == ""
-        assert ("shard", (run.id, 2)) in sent  # offered again, later, to whichever worker has room
+        assert ("shard", (run.id, 2)) in sent.pending  # offered again, later, to whichever worker has room
     finally:
         holder.kill()
         holder.wait()

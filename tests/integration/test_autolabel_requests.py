@@ -54,7 +54,7 @@ def test_ml_page_calibrate_review_launch_and_progress(shared_data: Path, tiny_ll
     )
     run = AutolabelRun.objects.get(project=project)
     assert (run.max_shards_in_flight, run.chunk_size) == (1, 16)
-    auto.run_inline(lambda: auto.run_plan(run_id=run.id))
+    auto.run_inline(lambda send: auto.run_plan(run_id=run.id, dispatch=send))
     status = client.get(reverse("autolabel_status", args=[project.pk]))
     assert status.status_code == 286  # stop polling: nothing is working any more
     body = status.content.decode()
@@ -82,7 +82,7 @@ def test_rest_calibration_and_run(shared_data: Path, tiny_llama_dir: Path, tmp_p
     first = client.post(launch, {"audit_share": 0.02}, content_type="application/json", headers=auth)
     assert first.status_code == 201
     assert client.post(launch, {}, headers=auth).status_code == 409  # one run at a time
-    auto.run_inline(lambda: auto.run_plan(run_id=first.json()["id"]))
+    auto.run_inline(lambda send: auto.run_plan(run_id=first.json()["id"], dispatch=send))
     state = client.get(first.json()["url"], headers=auth).json()
     assert state["status"] == "done" and state["progress"]["percent"] == 100 and state["tiers"][0]["tried"] == 44
     assert state["prefix_cache_hit_rate"] is not None and 0.0 <= state["prefix_cache_hit_rate"] <= 1.0

@@ -155,7 +155,9 @@ def test_answers_become_decisions_through_the_calibration_idempotently(
     assert not AutoLabel.objects.exists()  # the answers are kept, nothing decided
 
     holder: list[Calibration] = []
-    auto.run_inline(lambda: holder.append(auto.calibration_request(project=project, cascade="agreement")))
+    auto.run_inline(
+        lambda send: holder.append(auto.calibration_request(project=project, cascade="agreement", dispatch=send))
+    )
     calibration = Calibration.objects.get(id=holder[0].id)
     assert calibration.status == "done", calibration.error
     assert calibration.fingerprint["prompt version"] == first.version
@@ -218,7 +220,9 @@ def test_a_calibration_of_another_prompt_decides_nothing(
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     results, _ = answer_with_logprobs(list(batch_api.manifest_export(project=project))[:12], prompt_spec(project))
     holder: list[Calibration] = []
-    auto.run_inline(lambda: holder.append(auto.calibration_request(project=project, cascade="none")))
+    auto.run_inline(
+        lambda send: holder.append(auto.calibration_request(project=project, cascade="none", dispatch=send))
+    )
     calibration = Calibration.objects.get(id=holder[0].id)
     Calibration.objects.filter(id=calibration.id).update(
         fingerprint={**calibration.fingerprint, "prompt version": "0123abcd"}

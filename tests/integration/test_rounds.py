@@ -120,7 +120,7 @@ def test_cold_start_label_train_evaluate_then_scored_round(
     frozen = {**second.config, "loop": {**second.config["loop"], "blend": "off"}}
     Round.objects.filter(id=second.id).update(config=frozen, config_fingerprint=config_fingerprint(frozen))
     second.refresh_from_db()
-    scores, _, off_record = evaluation._score_sets(second, test_ids, texts, y, [], [])
+    scores, _, off_record, _ = evaluation._score_sets(second, test_ids, texts, y, [], [])
     assert off_record == {}
     assert scores["prod"][0]["accuracy"] == pytest.approx(blend_record["test_accuracy"]["llm"])
 

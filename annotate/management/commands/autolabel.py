@@ -84,11 +84,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
 
     def _inline(self, options: dict[str, Any], first: Any) -> Any:
+        """``first(dispatch)``: with --sync, it and every unit it sends run here; else on the workers."""
         holder: list[Any] = []
         if options["sync"]:
-            auto.run_inline(lambda: holder.append(first()))
+            auto.run_inline(lambda send: holder.append(first(send)))
         else:
-            holder.append(first())
+            holder.append(first(auto.celery_dispatch))
         return holder[0]
 
     def _gold(self, project: Project, options: dict[str, Any]) -> None:
@@ -102,12 +103,13 @@ class Command(BaseCommand):
     def _calibrate(self, project: Project, options: dict[str, Any]) -> None:
         row = self._inline(
             options,
-            lambda: auto.calibration_request(
+            lambda send: auto.calibration_request(
                 project=project,
                 target=options["target"],
                 delta=options["delta"],
                 cascade=options["cascade"],
                 second_model_dir=options["second_model"],
+                dispatch=send,
             ),
         )
         row.refresh_from_db()
@@ -136,17 +138,18 @@ class Command(BaseCommand):
                     f"  {r['workers']} worker(s): {r['gpu_hours']:.3f} GPU-hours, wall {r['wall_hours']:.3f} h"
                 )
             self.stdout.write(f"budget for {plan['n_items']} items from {plan['source']}")
-        request = lambda: auto.run_request(  # noqa: E731
+        request = lambda send: auto.run_request(  # noqa: E731
             project=project,
             audit_share=options["audit_share"],
             max_shards_in_flight=options["in_flight"],
             max_shards_per_worker=options["per_worker"],
             chunk_size=options["chunk"],
+            dispatch=send,
         )
         if options["sync"]:
             self._launch_sync(request)
             return
-        run = request()
+        run = request(auto.celery_dispatch)
         self.stdout.write(f"run #{run.id} queued")
         if options["follow"]:
             self._follow(run.id)
@@ -158,7 +161,7 @@ class Command(BaseCommand):
             if holder and task == "shard":
                 self.stderr.write(progress_line(AutolabelRun.objects.get(id=holder[0].id)))
 
-        auto.run_inline(lambda: holder.append(request()), after_task=report)
+        auto.run_inline(lambda send: holder.append(request(send)), after_task=report)
         self.stdout.write(progress_line(AutolabelRun.objects.get(id=holder[0].id)))
 
     def _follow(self, run_id: int) -> None:
@@ -191,7 +194,7 @@ class Command(BaseCommand):
                 self._follow(run.id)
 
     def _retry(self, project: Project, options: dict[str, Any]) -> None:
-        count = self._inline(options, lambda: auto.dead_letter_retry(project=project))
+        count = self._inline(options, lambda send: auto.dead_letter_retry(project=project, dispatch=send))
         self.stdout.write(f"{count} dead letters queued for retry")
 
     def _export(self, project: Project, options: dict[str, Any]) -> None:
