@@ -355,6 +355,8 @@ class Throughput:
         d.call("devtools.deployed_project:set_project", project=project, candidate_sample=items)
         record: dict[str, Any] = {"kind": "round", "gpu_workers": len(on), "items": items, "kill": kill}
         record["consumers"] = consumers.get("queues")
+        # every item on the engines: no round reads back what an earlier one scored under the same adapters
+        record["cache_dropped"] = d.call("devtools.deployed_project:drop_score_cache")
         t0 = record["t_request"] = time.time()
         response = api(d.url, TOKEN, "POST", f"/api/projects/{project}/rounds/", json={"strategy": "uncertainty-only"})
         if response.status_code != 201:

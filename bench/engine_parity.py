@@ -707,9 +707,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     variants = [parse_variant(v) for v in wanted]
     deadline = float(args.deadline) if args.deadline else None
     log(work, f"compare: {args.candidate} vs {args.reference}; sets {[s.name for s in sets]}; variants {wanted}")
-    # vLLM first (a fresh process: the engine start hangs after torch CPU work); one process per
-    # vllm variant, one for every hf variant together.
-    groups = [[v.name] for v in variants if v.kind == "vllm"] + [[v.name for v in variants if v.kind == "hf"]]
+    # One process per vllm variant, one for every hf variant together (each a fresh process: a vLLM
+    # engine start hangs after torch CPU work in the same process). The first vllm variant, then the hf
+    # group, then the other vllm variants: under a deadline the checked pair is scored first (session 19
+    # lost its parity run by starting vllm-fp32 before hf, which then had no time left).
+    vllm = [[v.name] for v in variants if v.kind == "vllm"]
+    groups = vllm[:1] + [[v.name for v in variants if v.kind == "hf"]] + vllm[1:]
     for group in groups:
         kind = parse_variant(group[0]).kind if group else None
         if not group or (args.only and kind != args.only):

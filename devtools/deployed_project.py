@@ -220,6 +220,28 @@ def end_round(*, round_id: int, reason: str) -> bool:
     return round_fail(round_id=round_id, reason=reason)
 
 
+def drop_score_cache() -> dict[str, Any]:
+    """Empty the score cache (SCORE_DIR/cache) before a throughput round, so that the round scores every
+    item on the engines: without it a round over items an earlier round scored under the same adapters
+    reads them back (session 19's kill round over the same 100,000 items as the round before it: read
+    back in 10.8 s, no shard running long enough to kill). A round over items partly scored before is
+    scored whole anyway (the pipeline scores a chunk unless every item of it is cached: session 19's
+    tokens per item were equal in its 1-, 2- and 4-worker rounds), but the kill needs it dropped."""
+    import shutil
+    import time
+
+    from django.conf import settings
+
+    root = Path(settings.SCORE_DIR) / "cache"
+    if not root.is_dir():
+        return {"chunks": 0}
+    chunks = sum(1 for _ in root.rglob("*.npz"))
+    aside = root.with_name(f"cache-dropped-{time.time_ns()}")
+    root.rename(aside)  # at once: a reader sees the whole cache or none of it
+    shutil.rmtree(aside, ignore_errors=True)
+    return {"chunks": chunks}
+
+
 def compare_scores(*, round_a: int, round_b: int) -> dict[str, Any]:
     """Two rounds' shard files on their common items: argmax agreement of each member and of the
     ensemble mean, and |Δp| (the largest over the labels, per member and item: mean and max)."""
