@@ -23,6 +23,15 @@
 #   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=4 GPU_SHARE=0.1 DEADLINE=620 SIM_SEEDS=3 \
 #     SIM_LIMIT=700 THROUGHPUT=1:12000,2:30000,4:100000 KILL=1 PARITY=1 PARITY_BUDGET=200 bash bench/gpu_deployed.sh stage
 #
+# Session 19's (one part per call: keep only that part in .gstage/, the others in .gparts/, carry ".gstage"):
+#   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=4 GPU_SHARE=0.1 LABELS=1000 DEADLINE=800 SIM_SEEDS=3 \
+#     SIM_LIMIT=700 THROUGHPUT=1:12000,2:30000,4:100000 KILL=1 PARITY=1 PARITY_BUDGET=200 EXTRA="--step-timeout 300" \
+#     bash bench/gpu_deployed.sh stage
+# then `wait 570` twice (the run finished inside the second), then, on the same warm machine, a second run in
+# one call: `bash bench/gpu_deployed.sh restart; <options> bash bench/gpu_deployed.sh stage; bash
+# bench/gpu_deployed.sh wait 560` (stage starts a fresh run from the parts already unpacked).
+# PARITY_BUDGET=200 was too short for vllm + hf + their float32 variants (each vLLM start ~80 s): give 300+.
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
