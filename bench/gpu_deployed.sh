@@ -69,7 +69,8 @@ TP_SETS=${TP_SETS:-}                 # the sets whose texts make the throughput 
 KILL=${KILL:-}                       # 1: then a round like the largest with a gpu worker SIGKILLed mid-scoring
 # SIM_SEEDS=N: beside the deployed run, the in-process simulation of the first set with the deployed run's
 # options (the GPU profile, K=4, the comparison arms, B=50 after 100 seed labels), N seeds, hf engine, to
-# SIM_LABELS labels: issue 35 point 2 compares the two curves (bench/deployed_report.py --sim).
+# SIM_LABELS labels: issue 35 point 2 compares the two curves (bench/deployed_report.py --sim). The seed set in two
+# trained cold-start rounds of 50 (--cold-rounds 2), as the app runs it (session 19 ran one round of 100: most of the gap).
 SIM_SEEDS=${SIM_SEEDS:-0}
 SIM_LABELS=${SIM_LABELS:-$LABELS}
 # PARITY=1: after the driver, bench/engine_parity.py on the first set's last production adapters (its
@@ -230,7 +231,7 @@ run)  # there, detached (started by stage, from $R): services, then the driver
       ( sleep "${SIM_LIMIT:-1500}"; pkill -TERM -f "manage.py simulate"; sleep 20; pkill -KILL -f "manage.py simulate" ) &
       python3 manage.py simulate --data "$DATA/$first" --strategy active \
         --seeds "$SIM_SEEDS" --workers "$SIM_SEEDS" --rounds 200 --labels "$SIM_LABELS" --k 4 --engine hf \
-        --model "$LLM_DIR" --batch 50 --seed-labels 100 --loop-options '{"profile": "gpu", "arms": true}' \
+        --model "$LLM_DIR" --batch 50 --seed-labels 100 --cold-rounds 2 --loop-options '{"profile": "gpu", "arms": true}' \
         --no-report --out "$RUN/sim/out" --work "$RUN/sim/work" > "$RUN/sim/sim.log" 2>&1
       echo "simulation exit $?" >> "$RUN/sim/sim.log" ) &
   fi

@@ -78,6 +78,9 @@ class SimSpec:
     rounds: int
     batch: int  # B: items per round after the seed set
     seed_labels: int = 20  # round 1: the seed set (the cold start)
+    # the seed set in this many cold-start rounds of seed_labels / cold_rounds, each trained, the later ones
+    # warm-started (a project's shape: cold_start_batches rounds of B); 1: the whole seed set in round 1
+    cold_rounds: int = 1
     k: int = 2  # ensemble members
     engine: str = "hf"
     model_dir: str = ""  # empty: settings.LLM_DIR
@@ -283,9 +286,9 @@ def job_project(*, spec: SimSpec, data: SimData, job: Job) -> Project:
         "model_dir": model_dir,
         "engine": spec.engine,
         "seed": job.seed,
-        "batch_size": spec.seed_labels,  # round 1 (cold start) draws the seed set; then B
+        "batch_size": spec.seed_labels // spec.cold_rounds,  # the cold rounds draw the seed set; then B
         "ensemble_k": spec.k,
-        "cold_start_batches": 1,
+        "cold_start_batches": spec.cold_rounds,
         "scratch_every": 0,  # the scratch-vs-warm comparison is not what this harness measures
         "candidate_sample": spec.candidate_sample,
         "mass_threshold": spec.mass_threshold,
@@ -484,6 +487,7 @@ def _context(data: SimData, spec: SimSpec, job: Job) -> dict[str, Any]:
         "pool_n": data.n_pool,
         "batch_size": spec.batch,
         "seed_labels": spec.seed_labels,
+        "cold_rounds": spec.cold_rounds,
         "time": timezone.now().isoformat(timespec="seconds"),
     }
 
@@ -544,7 +548,7 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
         log(f"[{job.tag}] project ready in {time.perf_counter() - started:.1f}s ({data.n_pool} pool)")
         annotator, _ = get_user_model().objects.get_or_create(username=ANNOTATOR)
         for number in range(1, spec.rounds + 1):
-            if number == 2:  # the seed set is in; every later round adds B
+            if number == spec.cold_rounds + 1:  # the seed set is in; every later round adds B
                 Project.objects.filter(pk=project.pk).update(batch_size=spec.batch)
                 project.refresh_from_db()
             row, seconds = run_round(project=project, strategy=job.strategy, annotator=annotator)

@@ -65,6 +65,13 @@ class Command(BaseCommand):
             default=batch,
             help=f"items per round after the seed set (B; a project's default: {batch})",
         )
+        parser.add_argument(
+            "--cold-rounds",
+            type=int,
+            default=1,
+            help="label the seed set in this many cold-start rounds, each trained (a project's own shape: "
+            f"{cold} rounds of B; the deployed run's); 1: the whole seed set in round 1",
+        )
         parser.add_argument("--seeds", type=int, default=3, help="seeds per strategy: --first-seed .. +N-1")
         parser.add_argument("--first-seed", type=int, default=0, help="the first seed (more seeds in a later call)")
         parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
@@ -149,6 +156,8 @@ class Command(BaseCommand):
         opts["seed_labels"] = seed_labels(opts)
         if opts["rounds"] < 1 or opts["batch"] < 1 or opts["seed_labels"] < 1:
             raise CommandError("--rounds, --batch and --seed-labels must be positive")
+        if opts["cold_rounds"] < 1 or opts["seed_labels"] % opts["cold_rounds"]:
+            raise CommandError("--cold-rounds must be positive and divide the seed set (--seed-labels)")
         if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
             raise CommandError("--pool-sample, --test-sample and --candidate-sample must be 0 (all) or positive")
         return sim.SimSpec(
@@ -158,6 +167,7 @@ class Command(BaseCommand):
             rounds=opts["rounds"],
             batch=opts["batch"],
             seed_labels=opts["seed_labels"],
+            cold_rounds=opts["cold_rounds"],
             k=opts["k"],
             engine=opts["engine"],
             model_dir=str(model_dir),  # resolved here: a worker's own VAR_DIR would move the default LLM_DIR
