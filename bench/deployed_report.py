@@ -31,7 +31,8 @@ from annotate.simulation.report import area  # noqa: E402 - plain Python, no Dja
 STEPS = ("scoring", "selecting", "training", "evaluating")
 ENGINE_START = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] vllm engine started in ([\d.]+) s "
-    r"\(([\d.]+) s waiting for the GPU's start lock; in-process core: (\w+)\)"
+    r"\(([\d.]+) s waiting for the GPU's start lock; in-process core: (\w+)"
+    r"(?:; ([\d.]+) s importing vLLM before the lock)?\)"  # the import: outside the lock since session 19
 )
 TASK_DONE = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] Task (annotate\.gpu\.\w+)\[[^\]]+\] succeeded"
@@ -108,6 +109,7 @@ def engine_starts(out: Path) -> list[dict[str, Any]]:
                         "start_s": float(m.group(3)),
                         "lock_wait_s": float(m.group(4)),
                         "in_process": m.group(5),
+                        "import_s": float(m.group(6)) if m.group(6) else None,
                     }
                 )
     return sorted(starts, key=lambda s: s["at"])
@@ -198,9 +200,9 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
     lines += [
         "",
         "| worker | engine ready at (s after worker start) | engine start s | lock wait s | in-process core |"
-        " holds the start lock (s after the first gpu worker started) |",
+        " holds the start lock (s after the first gpu worker started) | vLLM import before the lock s |",
     ]
-    lines += ["|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|"]
     first = min(started.values()) if started else None
     for s in engine_starts(out):
         since = s["at"] - started[s["worker"]] if s["worker"] in started else None
@@ -208,7 +210,7 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
         held = "–" if first is None else f"{s['at'] - s['start_s'] - first:.1f}–{s['at'] - first:.1f}"
         lines.append(
             f"| {s['worker']} | {fmt(since)} | {s['start_s']:.1f} | {s['lock_wait_s']:.1f} | {s['in_process']}"
-            f" | {held} |"
+            f" | {held} | {fmt(s['import_s'])} |"
         )
     for worker, firsts in first_tasks(out).items():
         if worker in started:

@@ -73,15 +73,19 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
             _ENGINES[key] = cls(str(model_dir), **options)
             log.info("hf engine started in %.1f s (%s)", time.monotonic() - began, model_dir)
         else:
+            preload = getattr(cls, "preload", None)
+            imported = preload() if preload is not None else 0.0  # outside the lock: no GPU memory
             asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 began = time.monotonic()
                 _ENGINES[key] = start_with_retries(lambda: cls(str(model_dir), **options))
             # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
             log.info(
-                "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s)",
+                "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s;"
+                " %.1f s importing vLLM before the lock)",
                 time.monotonic() - began,
                 began - asked,
                 getattr(_ENGINES[key], "in_process", None),
+                imported,
             )
     return _ENGINES[key]

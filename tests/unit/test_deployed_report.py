@@ -109,3 +109,13 @@ def test_the_deployed_area_is_judged_against_the_simulation_seeds_on_a_common_ra
                 json.dumps({"data": "trec", "strategy": "active", "seed": 0, "labels": labels, "accuracy": 0.99}) + "\n"
             )
     assert "**no**" in dr.curve_table(out, [str(sim)], "active")
+
+
+def test_an_engine_start_line_with_the_import_outside_the_lock(tmp_path: Path) -> None:
+    """Since session 19 the line also says how long vLLM's import took before the lock was taken."""
+    (tmp_path / "gpu-worker-0.log").write_text(
+        "[2026-12-05 10:00:00,000: INFO/ForkPoolWorker-1] vllm engine started in 36.1 s (0.2 s waiting for the"
+        " GPU's start lock; in-process core: True; 21.6 s importing vLLM before the lock)\n"
+    )
+    (start,) = dr.engine_starts(tmp_path)
+    assert (start["start_s"], start["lock_wait_s"], start["in_process"], start["import_s"]) == (36.1, 0.2, "True", 21.6)

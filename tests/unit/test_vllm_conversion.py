@@ -170,3 +170,16 @@ def _report_engine_core_mode(results: Any) -> None:
     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     in_process = engine_core_in_process()
     results.put((in_process, os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")))
+
+
+def test_cuda_graph_sizes_reach_vllm_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture-size option (a faster engine start, to be measured) becomes vLLM's compilation_config;
+    without it vLLM's own defaults stand (no compilation_config passed at all)."""
+    from scoring.engines.vllm import VLLMEngine
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: seen.append(options))
+    VLLMEngine("/nowhere", cudagraph_capture_sizes=[64, 1, 8])
+    VLLMEngine("/nowhere")
+    assert seen[0]["compilation_config"] == {"cudagraph_capture_sizes": [1, 8, 64]}
+    assert "compilation_config" not in seen[1]
