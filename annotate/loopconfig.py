@@ -29,9 +29,9 @@ from typing import Any
 from django.conf import settings
 
 from annotate.models import Label, Project, Round
+from scoring.acquisition import SelectionConfig
 from scoring.prompts import LabelSpec, PromptSpec
 from scoring.rescoring import RescoringConfig
-from scoring.selection import SelectionConfig
 from training.ensemble import LoopConfig
 from training.lora import TrainConfig
 
@@ -117,7 +117,7 @@ class LoopOptions:
     profile: str  # "cpu" (default) or "gpu": the deployment's choice, never the device of the process
     max_context: int  # prompt tokens: the prefix plus the longest item must fit; 0: fitted to the prompt
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
-    cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.selection.COLD_MODES
+    cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.acquisition.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
     arms_every: int  # ... in every Nth round only (1: every round; training.ensemble.is_arms_round)
     # Items of the fixed stop set each evaluation predicts (κ between rounds: the stopping criterion);
@@ -128,10 +128,11 @@ class LoopOptions:
     # The round's predictor (training/blend.py): "auto" blends the adapters' mean with the embedding
     # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
     blend: str
-    # The active strategy's soft-rank exponent (scoring.selection.SelectionConfig.softrank_beta):
-    # draw probability ∝ rank^-β over the committee's uncertainty (default 1: scoring.selection.DEFAULT_SOFTRANK_BETA).
+    # The active strategy's soft-rank exponent (scoring.acquisition.SelectionConfig.softrank_beta):
+    # draw probability ∝ rank^-β over the committee's uncertainty
+    # (default 1: scoring.acquisition.DEFAULT_SOFTRANK_BETA).
     softrank_beta: float
-    # Whose uncertainty the active strategy's draws follow (scoring.selection.SelectionConfig.committee):
+    # Whose uncertainty the active strategy's draws follow (scoring.acquisition.SelectionConfig.committee):
     # "members" (default: the K adapters and the proxy as K + 1 equal members) or "blend" (the round's
     # predictor, the adapters and the proxy at the blend weight the last evaluation fitted).
     committee: str
@@ -202,7 +203,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
 
 
 def _cold_mode(raw: Mapping[str, Any]) -> str:
-    from scoring.selection import COLD_MODES
+    from scoring.acquisition import COLD_MODES
 
     value = str(raw.get("cold_mode", DEFAULT_COLD_MODE))
     if value not in COLD_MODES:
@@ -225,7 +226,7 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _committee(raw: Mapping[str, Any]) -> str:
-    from scoring.selection import COMMITTEES
+    from scoring.acquisition import COMMITTEES
 
     value = raw.get("committee", "members")
     if value not in COMMITTEES:
@@ -236,7 +237,7 @@ def _committee(raw: Mapping[str, Any]) -> str:
 
 
 def _softrank_beta(raw: Mapping[str, Any]) -> float:
-    from scoring.selection import DEFAULT_SOFTRANK_BETA
+    from scoring.acquisition import DEFAULT_SOFTRANK_BETA
 
     raw_value = raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA)
     try:

@@ -262,7 +262,7 @@ class Round(models.Model):
     eval_items_total = models.PositiveIntegerField(default=0)
     eval_items_done = models.PositiveIntegerField(default=0)
     # The ETA's rate for the step running now: seconds per unit (a training step, an evaluation prompt)
-    # as the worker measured it (training.progress.seconds_per_unit); 0: not measured yet. Training's
+    # as the worker measured it (training.eta.seconds_per_unit); 0: not measured yet. Training's
     # finished runs (start-up included) are summed beside it, so the rate holds still between runs.
     unit_seconds = models.FloatField(default=0.0)
     train_runs_seconds = models.FloatField(default=0.0)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.proxy_loop import ProxySpec, append_records, load_data, run_job  # noqa: E402
-from scoring.selection import COLD_MODES, DEFAULT_SOFTRANK_BETA  # noqa: E402
+from scoring.acquisition import COLD_MODES, DEFAULT_SOFTRANK_BETA  # noqa: E402
 from scoring.strategies import STRATEGIES  # noqa: E402
 
 POOL_SAMPLE = {"sst2": 20000}  # as the harness and BASELINES.md

@@ -155,9 +155,9 @@ def _select(p: Any, labeled: list[tuple[str, str]], index: dict[str, int], rng: 
     """The committee strategy's batch over the scored candidates ([K, N, C])."""
     import numpy as np
 
-    from scoring.proxy import fit_proxy
-    from scoring.selection import committee_distribution, select_committee
-    from scoring.signals import mean_distribution
+    from scoring.acquisition import committee_distribution, select_committee
+    from scoring.embedding_proxy import fit_proxy
+    from scoring.uncertainty import mean_distribution
 
     emb = rng.standard_normal((p.shape[1] + args.labels, 384)).astype(np.float32)
     emb /= np.linalg.norm(emb, axis=1, keepdims=True)
@@ -170,7 +170,7 @@ def _accuracy(p: Any, test: list[tuple[str, str]], index: dict[str, int]) -> flo
     """The K members' mean distribution on the test items, % (one seed: a sanity check)."""
     import numpy as np
 
-    from scoring.signals import mean_distribution
+    from scoring.uncertainty import mean_distribution
 
     y_test = np.array([index.get(y, -1) for _, y in test])
     return round(100 * float(np.mean(mean_distribution(p).argmax(axis=1) == y_test)), 2)

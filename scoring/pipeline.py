@@ -28,10 +28,10 @@ from scoring.files import atomic_save_npz
 from scoring.prompts import PromptSpec
 
 if TYPE_CHECKING:
+    from scoring.acquisition import SelectionConfig
     from scoring.cache import ScoreCache
     from scoring.engines import AdapterRef, Engine
     from scoring.prompts import PromptRenderer
-    from scoring.selection import SelectionConfig
 
 # Items per engine call inside a shard: each chunk is put in the score cache as soon as it is done,
 # so a worker killed mid-shard loses at most one chunk (a few seconds of CPU, well under one on GPU).
@@ -199,7 +199,7 @@ def score_items(
     texts with adapter 0, then all K on the most uncertain share. The second stage is chosen over
     the whole input (never over the cache misses), so a resumed run picks the same rows."""
     from scoring.rescoring import first_pass_kind, second_stage
-    from scoring.signals import uncertainty
+    from scoring.uncertainty import uncertainty
 
     started = time.perf_counter()
     n = len(texts)
@@ -257,8 +257,8 @@ class Signals:
 
 
 def signals(p: np.ndarray, mass: np.ndarray, config: SelectionConfig) -> Signals:
-    from scoring.selection import label_mass_filter
-    from scoring.signals import mean_distribution, uncertainty
+    from scoring.acquisition import label_mass_filter
+    from scoring.uncertainty import mean_distribution, uncertainty
 
     mass_mean = mass.mean(axis=0) if len(p) else np.zeros(0)
     return Signals(

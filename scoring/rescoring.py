@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring.signals import UncertaintyKind
+from scoring.uncertainty import UncertaintyKind
 
 
 class RescoringInputError(ValueError):

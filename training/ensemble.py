@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from scoring.acquisition import SelectionConfig
 from scoring.prompts import PromptSpec
 from scoring.rescoring import RescoringConfig
-from scoring.selection import SelectionConfig
 from training.lora import TrainConfig
 
 if TYPE_CHECKING:
@@ -157,6 +157,6 @@ def ensemble_mean(
 ) -> np.ndarray:
     """The ensemble's mean distribution [N, C] over ``texts`` from one engine call (the evaluation
     passes the test and stop-set texts together, so the prompt prefix is computed once for both)."""
-    from scoring.signals import mean_distribution
+    from scoring.uncertainty import mean_distribution
 
     return mean_distribution(engine.score(renderer, texts, adapters).p)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from scoring.signals import mean_distribution
+from scoring.uncertainty import mean_distribution
 from training.blend import blend
 from training.calibrate import Calibrator
 

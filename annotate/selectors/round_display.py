@@ -15,7 +15,7 @@ from django.utils import timezone
 from annotate.models import Project, Round
 from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
 from training.blend import MIN_HELDOUT
-from training.progress import eta_seconds
+from training.eta import eta_seconds
 
 AUTOMATED = (
     Round.Status.PENDING,
@@ -80,7 +80,7 @@ def _eta(done: int, total: int, elapsed: float) -> str:
 
 
 def _measured_eta(done: int, total: int, unit_seconds: float) -> str:
-    """Training and evaluation: what is left at the rate the worker measured (training.progress), so the
+    """Training and evaluation: what is left at the rate the worker measured (training.eta), so the
     ETA falls while the work advances instead of growing at each adapter's start-up."""
     left = eta_seconds(done=done, total=total, unit_seconds=unit_seconds)
     return "" if left is None else duration(left)

@@ -26,7 +26,7 @@ import numpy as np
 from annotate.loopconfig import stop_set_size
 from annotate.models import Project, Round, StopSetItem
 from annotate.selectors.agreement import cohen_kappa
-from training.stopping import STABLE_KAPPA, STABLE_WINDOW, predictions_stable, stable_run
+from training.stopping_rule import STABLE_KAPPA, STABLE_WINDOW, predictions_stable, stable_run
 
 
 @dataclass(frozen=True)

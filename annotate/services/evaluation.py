@@ -33,8 +33,8 @@ from annotate.services.proxy import item_texts, plan_proxy_probabilities
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
 from scoring.device import device_kind
-from scoring.signals import mean_distribution
 from scoring.toplayers import adapted_layers, adapter_config
+from scoring.uncertainty import mean_distribution
 from training import blend, curves, ensemble
 from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
@@ -48,14 +48,14 @@ EVAL_CHUNK = 128
 
 class _Counted:
     """The engine, scoring in chunks of EVAL_CHUNK texts and counting each chunk's prompts (texts x
-    adapters) on the round, with the measured rate for the ETA (training.progress)."""
+    adapters) on the round, with the measured rate for the ETA (training.eta)."""
 
     def __init__(self, engine: Any, round_id: int) -> None:
         self.engine, self.round_id, self.done, self.started = engine, round_id, 0, time.perf_counter()
 
     def score(self, renderer: Any, texts: Any, adapters: Any) -> Any:
         from scoring.engines.base import ScoreResult
-        from training.progress import seconds_per_unit
+        from training.eta import seconds_per_unit
 
         if not texts:
             return self.engine.score(renderer, texts, adapters)

@@ -1,6 +1,6 @@
 """The embedding side of a round, shared by the selection and evaluation steps and auto-labelling:
 items' texts, the sentence embeddings of items (the encoder cache) and the embedding proxy's label
-distributions (logistic regression, scoring.proxy) — on the labels so far, the selection's committee
+distributions (logistic regression, scoring.embedding_proxy) — on the labels so far, the selection's committee
 member; on the labels a round's adapters trained on (its plan), the predictor's blend partner
 (training/predictor.py). Step services import this, never each other."""
 
@@ -39,7 +39,7 @@ def plan_proxy(row: Any, n_classes: int, exclude: set[int] | None = None) -> tup
     less ``exclude``): the (item id, class index) pairs it learned from and the fitted proxy (None
     without labels: uniform)."""
     from annotate.services.round_state import read_plan
-    from scoring.proxy import fit_proxy
+    from scoring.embedding_proxy import fit_proxy
 
     pairs = [(int(i), int(y)) for i, y in read_plan(row)["prod:0"] if not exclude or int(i) not in exclude]
     known = item_texts([i for i, _ in pairs])
@@ -63,7 +63,7 @@ def plan_proxy_probabilities(
 def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndarray, n_classes: int) -> np.ndarray:
     """The embedding proxy (logistic regression on ``labels`` of ``labeled_emb``) over the rows of ``emb``;
     uniform without labels."""
-    from scoring.proxy import fit_proxy
+    from scoring.embedding_proxy import fit_proxy
 
     if not labels:
         return np.full((len(emb), n_classes), 1.0 / n_classes)

@@ -27,7 +27,7 @@ from annotate.services.predictor import round_predictor
 from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
 from scoring import pipeline, portfolio, strategies
-from scoring.selection import committee_distribution
+from scoring.acquisition import committee_distribution
 from training import ensemble
 
 PREDICTION_CHUNK = 2000
@@ -319,7 +319,7 @@ def _cold_sample(ids: np.ndarray, seed: int, step: str = "cold-sample") -> np.nd
     """What a typical or diversity cold round embeds and clusters (eligible ids, or positions of the
     labeled items): all of them, or a seeded sample of TYPICAL_MAX_POINTS — a 2-million-row pool must
     not be embedded before its first round."""
-    from scoring.selection import TYPICAL_MAX_POINTS  # read at call time: tests shrink it
+    from scoring.acquisition import TYPICAL_MAX_POINTS  # read at call time: tests shrink it
 
     if len(ids) <= TYPICAL_MAX_POINTS:
         return ids

@@ -44,8 +44,8 @@ from scoring.device import device_kind
 from scoring.toplayers import adapted_layers, adapter_config
 from training import ensemble
 from training.ensemble import LoopConfig
+from training.eta import seconds_per_unit
 from training.lora import ADAPTER_CONFIG
-from training.progress import seconds_per_unit
 
 
 def train_plan(row: Round, labeled: loop_sel.Labeled, config: ensemble.LoopConfig, *, mode: str) -> Plan:
@@ -230,7 +230,7 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
 
 
 def _measure_rate(round_id: int, *, seconds: float, steps: int) -> None:
-    """The ETA's rate from this run so far, until a run of the round has finished (training.progress)."""
+    """The ETA's rate from this run so far, until a run of the round has finished (training.eta)."""
     Round.objects.filter(id=round_id, train_runs_steps=0).update(
         unit_seconds=seconds_per_unit(
             finished_seconds=0.0, finished_units=0, current_seconds=seconds, current_units=steps

@@ -1,7 +1,7 @@
-"""The selection rules on the cheap learner: every strategy of scoring.selection, to 1,000 labels, on
+"""The selection rules on the cheap learner: every strategy of scoring.acquisition, to 1,000 labels, on
 CPU in minutes.
 
-The learner is the embedding proxy (scoring.proxy: logistic regression on the cached MiniLM vectors,
+The learner is the embedding proxy (scoring.embedding_proxy: logistic regression on the cached MiniLM vectors,
 the cheap loop of ../shared/design/BASELINES.md), retrained from scratch each round; the committee is
 that proxy alone. What runs is the production selection code (the strategies of scoring.strategies and
 the portfolio's scoring.portfolio), so this measures the *rules* — does soft-rank dilute margin, does
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from scoring import portfolio
-from scoring.proxy import fit_proxy
-from scoring.selection import DEFAULT_SOFTRANK_BETA, committee_uncertainty, select_cold_start
+from scoring.acquisition import DEFAULT_SOFTRANK_BETA, committee_uncertainty, select_cold_start
+from scoring.embedding_proxy import fit_proxy
 from scoring.strategies import REGISTRY, STRATEGIES, Inputs
 
 RANDOM_SHARE = 0.15
@@ -55,7 +55,7 @@ class ProxySpec:
     batch: int = 0  # 0: 25, or 100 with more than 50 classes
     seed_labels: int = 0  # 0: max(2 × classes, 20)
     random_share: float = RANDOM_SHARE
-    # How the seed set of every strategy but random is drawn (scoring.selection.select_cold_start);
+    # How the seed set of every strategy but random is drawn (scoring.acquisition.select_cold_start);
     # random's is always uniform, the same draw as with "random" here.
     cold_mode: str = "random"
     softrank_beta: float = DEFAULT_SOFTRANK_BETA  # the active strategy's soft-rank exponent

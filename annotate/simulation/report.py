@@ -263,7 +263,7 @@ def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
 
 RANDOM = "random"
 RANDOM_COLDSTART = "random-coldstart"  # annotate.simulation.harness: active's seed set, then random batches
-SEED_SET_MODES = ("diversity", "typical", "hedged")  # the non-uniform cold modes (scoring.selection.COLD_MODES)
+SEED_SET_MODES = ("diversity", "typical", "hedged")  # the non-uniform cold modes (scoring.acquisition.COLD_MODES)
 
 
 def seed_set_peer(strategy: str) -> str:
@@ -551,11 +551,11 @@ def _baseline_points(row: dict[str, str]) -> list[tuple[int, float, float]]:
 
 
 def stopping_table(records: Sequence[dict[str, Any]]) -> str:
-    """Where the ML page's stabilizing-predictions rule (training.stopping: κ between consecutive
+    """Where the ML page's stabilizing-predictions rule (training.stopping_rule: κ between consecutive
     rounds' predictions on the stop set ≥ 0.99 for 3 round pairs) would have said "you can stop
     here", per (data, strategy): the labels at that round per seed ("> N": not within the N labels
     the curve reached), the accuracy there and at the curve's end, and the last κ (mean over seeds)."""
-    from training.stopping import first_stable
+    from training.stopping_rule import first_stable
 
     lines = [
         "| data | strategy | stop rule fired at (labels, per seed) | acc there | acc at the end | last κ |",

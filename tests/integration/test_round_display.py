@@ -27,7 +27,7 @@ def test_elapsed_and_estimate_of_a_scoring_and_a_training_step() -> None:
     project = project_create(name="eta", labels=[LabelInput("a", "A"), LabelInput("b", "B")])
     now = timezone.now()
     scoring = Round.objects.create(project=project, number=1, status="scoring", items_to_score=400, items_scored=100)
-    # training: 10 steps left at the 2.0 s a step the worker measured (training.progress)
+    # training: 10 steps left at the 2.0 s a step the worker measured (training.eta)
     training = Round.objects.create(
         project=project, number=2, status="training", train_steps_total=30, train_steps_done=20, unit_seconds=2.0
     )

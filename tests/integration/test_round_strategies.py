@@ -13,8 +13,8 @@ from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreSh
 from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
+from scoring.acquisition import select_cold_start
 from scoring.pipeline import step_rng
-from scoring.selection import select_cold_start
 from scoring.strategies import Inputs, strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
@@ -142,9 +142,9 @@ def test_a_typical_cold_round_embeds_a_seeded_sample_of_a_large_pool(
 
     import numpy as np
 
-    import scoring.selection
+    import scoring.acquisition
 
-    monkeypatch.setattr(scoring.selection, "TYPICAL_MAX_POINTS", 20)  # the pool has 44 eligible items
+    monkeypatch.setattr(scoring.acquisition, "TYPICAL_MAX_POINTS", 20)  # the pool has 44 eligible items
     use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "cold_mode": "typical"}))
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     eligible = loop_sel.eligible_ids(project=project)

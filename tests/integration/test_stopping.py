@@ -190,7 +190,7 @@ def test_the_strategy_in_charge_and_why() -> None:
     assert '<strong class="in-charge">cold-start</strong> is in charge' in page and "no portfolio record" in page
     assert "the most typical item of each region of the pool" in page  # why: the recorded cold mode
     from annotate.selectors.rounds import COLD_REASONS
-    from scoring.selection import COLD_MODES
+    from scoring.acquisition import COLD_MODES
 
     assert set(COLD_REASONS) == set(COLD_MODES)  # every mode a project can choose has its reason
 

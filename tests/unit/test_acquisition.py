@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.proxy import ProxyInputError, fit_proxy
-from scoring.selection import (
+from scoring.acquisition import (
     NEAR_DUPLICATE,
     SelectionInputError,
     committee_distribution,
@@ -17,6 +16,7 @@ from scoring.selection import (
     select_committee,
     soft_rank_sample,
 )
+from scoring.embedding_proxy import ProxyInputError, fit_proxy
 from scoring.strategies import Inputs, strategy
 
 FAST = settings(max_examples=50, deadline=None)

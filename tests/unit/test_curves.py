@@ -155,7 +155,7 @@ def test_first_stable_is_the_first_round_the_rule_holds() -> None:
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from training.stopping import first_stable, predictions_stable
+    from training.stopping_rule import first_stable, predictions_stable
 
     @given(st.lists(st.one_of(st.none(), st.floats(0.9, 1.0)), max_size=12))
     def check(kappas: list[float | None]) -> None:

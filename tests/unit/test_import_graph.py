@@ -180,3 +180,21 @@ def test_heavy_libraries_are_imported_only_inside_functions(package: str) -> Non
     for path in (ROOT / package).rglob("*.py"):
         heavy = _module_level_imports(ast.parse(path.read_text())) & HEAVY
         assert not heavy, f"{path.relative_to(ROOT)} imports {sorted(heavy)} at module level"
+
+
+# The pure core in scoring/ or training/ and the Django service over it may share a name: they mean one
+# thing at two layers (the service builds the core's inputs from rows and stores what it returns).
+SAME_THING_TWO_LAYERS = {"label_errors", "predictor"}
+
+
+def test_no_two_modules_share_a_name_with_different_meanings() -> None:
+    """Issue 36: scoring/selection.py (acquisition math) beside annotate/services/selection.py (the round's
+    selection step), scoring/signals.py (uncertainty) beside annotate/signals.py (Django signals), and
+    the like, made a reader guess which was meant; they were renamed (acquisition, uncertainty,
+    embedding_proxy, stopping_rule, eta). Names inside annotate repeat only across its layers (services,
+    selectors, views, commands), which is one meaning at several layers."""
+    core = {p.stem for pkg in ("scoring", "training") for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"}
+    app = {p.stem for p in (ROOT / "annotate").rglob("*.py") if p.stem != "__init__" and "migrations" not in p.parts}
+    assert core & app == SAME_THING_TWO_LAYERS
+    stems = [p.stem for pkg in ("scoring", "training") for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"]
+    assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})

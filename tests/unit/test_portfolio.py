@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring import portfolio
+from scoring.acquisition import committee_uncertainty, select_portfolio
 from scoring.portfolio import ARMS, MIN_SHARE, ArmGain, allocate, estimate_gains, split, split_labels
-from scoring.selection import committee_uncertainty, select_portfolio
 from scoring.strategies import Inputs, strategy
 
 shares_st = st.lists(st.floats(0.01, 1.0), min_size=1, max_size=4).map(

@@ -1,12 +1,12 @@
 """Issue 32, problem 5: "the training ETA grew while steps advanced (1 min 21 s → 3 min 23 s)". A
 round trains its adapters one run after another, each paying a start-up (the model loaded, the frozen
-trunk run once) before its first step; the ETA from the measured rate (training.progress) only falls."""
+trunk run once) before its first step; the ETA from the measured rate (training.eta) only falls."""
 
 from __future__ import annotations
 
 import pytest
 
-from training.progress import eta_seconds, seconds_per_unit
+from training.eta import eta_seconds, seconds_per_unit
 
 RUNS, STEPS, STARTUP_S, STEP_S = 5, 12, 30.0, 2.0  # five adapters of 12 steps, 30 s start-up each
 TOTAL = RUNS * STEPS

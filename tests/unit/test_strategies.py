@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scoring.selection import COLD_MODES, SelectionInputError
+from scoring.acquisition import COLD_MODES, SelectionInputError
 from scoring.strategies import INPUT_NAMES, REGISTRY, STRATEGIES, Inputs, Strategy, cold_strategy, strategy
 
 N_ITEMS, N_LABELLED, N_TEST, DIM, CLASSES = 120, 20, 20, 8, 3

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from scoring.signals import (
+from scoring.uncertainty import (
     SignalInputError,
     ensemble_disagreement,
     entropy_with_tail,
