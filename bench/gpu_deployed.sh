@@ -32,6 +32,14 @@
 # bench/gpu_deployed.sh wait 560` (stage starts a fresh run from the parts already unpacked).
 # PARITY_BUDGET=200 was too short for vllm + hf + their float32 variants (each vLLM start ~80 s): give 300+.
 #
+# Planned for the next sitting (after session 19): what is still open in issue 35 points 2, 3, 5, 6 in one run —
+#   RUN_COMMIT=<sha> SETS=trec TP_SETS="trec clinc150" GPU_WORKERS=6 GPU_SHARE=0.1 LABELS=1000 DEADLINE=800 SIM_SEEDS=3 \
+#     SIM_LIMIT=700 THROUGHPUT=1:12000,2:30000,4:100000,6:100000 KILL=1 PARITY=1 PARITY_BUDGET=320 \
+#     EXTRA="--step-timeout 300" bash bench/gpu_deployed.sh stage
+# (the simulation now has the app's cold-start shape, --cold-rounds 2; vLLM is imported before the start lock, so
+# six engines' turns should take ~6 × 40 s; every throughput round drops the score cache, so the kill has shards
+# to kill; parity runs vllm and hf first). Then, in the time left on the warm machine, CLINC150 (SETS=clinc150).
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
