@@ -28,6 +28,10 @@
 #
 # $OUT gets: llm8b-TAG.json (bench/llm8b_bench.py score's report), build.json, progress.log, score.log,
 # prep.log, gpu-samples.csv (nvidia-smi every second while scoring).
+# Rehearsed on the CPU machine (tiny shape, hf engine, vLLM's site unpacked but not imported): pack, then with
+# L8_ROOT=/tmp/l8 L8_STAGE=/tmp/l8/stage TOKENIZER=/tmp/l8/tokenizer SHAPE=tiny ENGINE=hf PY=.venv/bin/python:
+# `part NN` + `stage` four times, then N=40 PROMPT_TOKENS=64 PREFIX=0,48 BASE_N=8
+# EXTRA="--chunk 16 --warmup 4 --peak-tflops 1" bash bench/gpu_8b.sh score.
 # vLLM already on the machine (another sitting's): VSITE=/root/gd/vsite TOKENIZER=/root/gd/models/smollm2-135m-instruct
 # bash bench/gpu_8b.sh prep && ... score (no staging). GPU_SHARE=0.9 expects the GPU to itself.
 set -uo pipefail

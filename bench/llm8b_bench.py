@@ -26,6 +26,7 @@ bound); ``on_computed_tokens`` counts only the tokens the GPU computed (prompt t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -357,7 +358,7 @@ class VLLMRunner:
         loras = [LoRARequest(f"bench-a{k}", k + 1, path) for k, path in enumerate(self.adapter_dirs)]
         prompts = [{"prompt_token_ids": r.ids} for r in requests]
         lora_requests = [None if r.adapter is None else loras[r.adapter] for r in requests]
-        params = self.engine._sampling_params(label_ids)
+        params = self.engine._sampling_params(label_ids)  # the app's own: max_tokens=1, flat, no detokenize
         queries0, hits0 = self.engine.prefix_cache_counts()
         t0 = time.perf_counter()
         outputs = self.engine.llm.generate(prompts, params, lora_request=lora_requests, use_tqdm=False)
@@ -397,8 +398,6 @@ class HFRunner:
         self.batch = args.hf_batch
 
     def _logits(self, ids: list[list[int]], adapter: int | None) -> Any:
-        import contextlib
-
         import torch
 
         x = torch.tensor(ids, device=self.device)  # equal lengths: no padding, no mask
