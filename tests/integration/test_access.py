@@ -39,6 +39,7 @@ from annotate.models import (
 from annotate.roles import ALL_ROLES
 from annotate.services.accounts import user_create
 from tests.integration.test_membership import (  # noqa: F401 (autouse fixture)
+    _export_snapshot,
     _suspect,
     fast_passwords,
     project_with_an_item,
@@ -95,6 +96,7 @@ class World:
             ).pk,
             "filter_id": SavedFilter.objects.create(project=self.beta, user=self.members["lead"], name="f").pk,
             "suspect_id": _suspect(self.beta).pk,
+            "snapshot_id": _export_snapshot(self.beta).pk,
         }
 
     @staticmethod

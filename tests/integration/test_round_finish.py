@@ -181,3 +181,15 @@ def test_batch_overlap_items_go_to_k_distinct_annotators(setup: dict[str, Any]) 
             seen.setdefault(item.external_id, []).append(user.username)
     # alice takes every item first; bob then gets exactly the overlap items; carol finds nothing left
     assert seen == {"i0": ["alice", "bob"], "i1": ["alice"], "i2": ["alice", "bob"], "i3": ["alice"]}
+
+
+def test_a_failed_task_of_a_round_that_no_longer_exists_does_not_raise() -> None:
+    """A message left in the broker from another database (an earlier test, a project deleted since) names
+    a round that is not there. Its task's on_failure must not raise: an exception there takes the
+    worker's consumer down, and the worker stops taking tasks (CI, session 19)."""
+    from annotate.models import Round
+    from annotate.tasks import RoundTask
+
+    missing = (Round.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1000
+    RoundTask().on_failure(RuntimeError("boom"), "task-id", (missing,), {}, None)  # no exception
+    assert not Round.objects.filter(id=missing).exists()

@@ -188,8 +188,8 @@ SAME_THING_TWO_LAYERS = {"label_errors", "predictor"}
 
 
 def test_no_two_modules_share_a_name_with_different_meanings() -> None:
-    """Issue 36: scoring/selection.py (acquisition math) beside annotate/services/selection.py (the round's
-    selection step), scoring/signals.py (uncertainty) beside annotate/signals.py (Django signals), and
+    """Issue 36: scoring/acquisition.py (acquisition math) beside annotate/services/selection.py (the round's
+    selection step), scoring/uncertainty.py (uncertainty) beside annotate/signals.py (Django signals), and
     the like, made a reader guess which was meant; they were renamed (acquisition, uncertainty,
     embedding_proxy, stopping_rule, eta). Names inside annotate repeat only across its layers (services,
     selectors, views, commands), which is one meaning at several layers."""
