@@ -296,6 +296,14 @@ def parse_throughput(spec: str) -> list[tuple[int, int]]:
     return steps
 
 
+def kill_outcome(killed: dict[str, Any]) -> str:
+    """How a kill round's kill went, for the log: a round scored before any shard was seen running at
+    ``--kill-at`` (a fast round: each look at the shards is a Django subprocess) killed nothing."""
+    if killed.get("worker"):
+        return f" with {killed['worker']} killed (shard {killed['shard']})"
+    return f" with no kill: {killed.get('error') or 'no shard was running once --kill-at was reached'}"
+
+
 class Throughput:
     """Rounds of a project whose pool is the whole throughput set and whose ensemble is the source
     project's: each round asks for scores of ``items`` pool items (candidate_sample) with ``n`` gpu
@@ -410,7 +418,7 @@ class Throughput:
             )
         log(
             f"throughput: {len(on)} gpu workers, {to_score} items: scored in {scored} s"
-            f" ({record.get('requests_per_s')} requests/s){' with a kill' if kill else ''}"
+            f" ({record.get('requests_per_s')} requests/s){kill_outcome(killed) if kill else ''}"
         )
         return record
 
