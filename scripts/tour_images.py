@@ -30,11 +30,12 @@ PICKS: dict[str, tuple[str, int]] = {
     "7-round-waits.png": ("flow-*-ml-refusal-says-what-is-left.png", 780),
     "8-lead.png": ("flow-*-lead-disagreement.png", 600),
     "9-curve.png": ("flow-*-ml-curve-updated.png", 1960),
-    "10-items.png": ("flow-*-items-sorted-bulk.png", 900),
-    "11-item.png": ("flow-*-item-history.png", 900),
-    "12-export.png": ("flow-*-export-page.png", 2000),
-    "13-people.png": ("flow-*-agreement-people.png", 400),
-    "14-label-errors.png": ("label-errors-scanned.png", 1000),
+    "10-notifications.png": ("flow-*-setup-notifications.png", 600),
+    "11-items.png": ("flow-*-items-sorted-bulk.png", 900),
+    "12-item.png": ("flow-*-item-history.png", 900),
+    "13-export.png": ("flow-*-export-page.png", 2000),
+    "14-people.png": ("flow-*-agreement-people.png", 400),
+    "15-label-errors.png": ("label-errors-scanned.png", 1000),
 }
 MAX_WIDTH = 900
 LIMIT = 200_000

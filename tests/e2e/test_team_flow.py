@@ -59,6 +59,8 @@ def team_app(tiny_llama_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("REDIS_URL", owned.url)
     monkeypatch.setenv("ALANN_LOOP_OPTIONS", TEST_OPTIONS)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")  # notifications
+    monkeypatch.setenv("EMAIL_FILE_PATH", str(tmp_path / "emails"))
     with LiveServer(kind="runserver", purpose="teamflow", database_url="") as live:
         live.call("tests.live_server:create_users", usernames=["maya"], roles=["ml"])
         workers = Workers(live.tmp / "var", owned.url, tmp_path)
@@ -81,6 +83,16 @@ class Shots:
     def part(self, locator: Any, name: str) -> None:
         """Only one part of a page (a card far down a long page)."""
         locator.screenshot(path=str(self._next(name)))
+
+    def span(self, page: Any, first: str, last: str, name: str) -> None:
+        """The page's full width from the top of ``first`` to the bottom of ``last`` (CSS selectors)."""
+        top, bottom = page.evaluate(
+            "([a, b]) => [document.querySelector(a).getBoundingClientRect().top + scrollY,"
+            " document.querySelector(b).getBoundingClientRect().bottom + scrollY]",
+            [first, last],
+        )
+        clip = {"x": 0, "y": max(top - 16, 0), "width": page.viewport_size["width"], "height": bottom - top + 32}
+        page.screenshot(path=str(self._next(name)), full_page=True, clip=clip)
 
     def _next(self, name: str) -> Path:
         self.n += 1
@@ -151,6 +163,10 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     ml.get_by_text(f"{len(TEXTS)} items imported.").wait_for(timeout=60_000)
     shot(ml, "import-done")
     project_id = int(ml.url.split("/p/")[1].split("/")[0])
+    ml.goto(f"/p/{project_id}/setup/")
+    ml.fill("input[name=notify_emails]", "lena@example.org")  # told when a round finishes or reviews wait
+    ml.get_by_role("button", name="Save setup").click()
+    ml.get_by_text("Setup saved.").wait_for()
 
     ml.goto(f"/p/{project_id}/ml/")
     ml.evaluate("window.__no_reload = true")
@@ -234,6 +250,11 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     # agreement: the share of its annotators who gave the final label (ann1 sports, ann2 politics)
     assert float(decided["agreement"]) == {"sports": 0.5, "politics": 0.5}.get(TOPICS[disputed], 0.0)
     _after_round_one(lead, shot, project_id, decided=TOPICS[disputed])
+
+    # -- the notifications the round sent (Setup → Recent notifications) ------------------------------
+    _goto_when_shown(ml, f"/p/{project_id}/setup/", "#deliveries tr.delivery.sent")
+    assert "email: lena@example.org" in ml.locator("#deliveries").inner_text()
+    shot.span(ml, "#notifications", "#deliveries", "setup-notifications")
     for context in {p.context for p in (ml, ann1, ann2, lead)}:
         context.close()
 
