@@ -1,12 +1,13 @@
 """Make the README tour's small PNGs from the browser tests' screenshots (test-artifacts/).
 
-    pytest tests/e2e/test_team_flow.py tests/e2e/test_label_errors.py   # Redis, Chromium, ../shared/data
+    pytest tests/e2e/{test_team_flow,test_label_errors,test_scale}.py -k "team or scans or problem_7_two"
     python scripts/tour_images.py
 
 The team flow (one project, from an empty install to round 1's model and what a lead does after it)
-gives every picture but the label-error scan's, which needs 50 labelled items (the TREC test project of
-tests/e2e/test_label_errors.py). Each picture is cut to its top part, scaled to at most 900 px wide and
-reduced to a 64-colour palette, so it stays well under 200 KB in git and the tour under 1 MB."""
+gives every picture but two: the label search of a project with 200 labels (test_scale.py) and the
+label-error scan, which needs 50 labelled items (the TREC project of test_label_errors.py). Each
+picture is cut to its top part, scaled to at most 900 px wide and reduced to a 64-colour palette, so
+it stays well under 200 KB in git and the tour under 1 MB."""
 
 from __future__ import annotations
 
@@ -27,15 +28,16 @@ PICKS: dict[str, tuple[str, int]] = {
     "4-round.png": ("flow-*-ml-round-1-labeling.png", 960),
     "5-annotate.png": ("flow-*-annotator-labelling.png", 650),
     "6-phone.png": ("flow-*-phone-annotate.png", 844),
-    "7-round-waits.png": ("flow-*-ml-refusal-says-what-is-left.png", 780),
-    "8-lead.png": ("flow-*-lead-disagreement.png", 600),
-    "9-curve.png": ("flow-*-ml-curve-updated.png", 1960),
-    "10-notifications.png": ("flow-*-setup-notifications.png", 600),
-    "11-items.png": ("flow-*-items-sorted-bulk.png", 900),
-    "12-item.png": ("flow-*-item-history.png", 900),
-    "13-export.png": ("flow-*-export-page.png", 2000),
-    "14-people.png": ("flow-*-agreement-people.png", 400),
-    "15-label-errors.png": ("label-errors-scanned.png", 1000),
+    "7-label-search.png": ("scale-200-labels-search.png", 860),
+    "8-round-waits.png": ("flow-*-ml-refusal-says-what-is-left.png", 780),
+    "9-lead.png": ("flow-*-lead-disagreement.png", 600),
+    "10-curve.png": ("flow-*-ml-curve-updated.png", 1960),
+    "11-notifications.png": ("flow-*-setup-notifications.png", 600),
+    "12-items.png": ("flow-*-items-sorted-bulk.png", 900),
+    "13-item.png": ("flow-*-item-history.png", 900),
+    "14-export.png": ("flow-*-export-page.png", 2000),
+    "15-people.png": ("flow-*-agreement-people.png", 400),
+    "16-label-errors.png": ("label-errors-scanned.png", 1000),
 }
 MAX_WIDTH = 900
 LIMIT = 200_000
