@@ -233,12 +233,14 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     assert "Test accuracy" in ml.locator("#round-1").inner_text()
     assert not ml.locator("#round-message").inner_text().strip()  # the refusal no longer holds: gone
     shot(ml, "ml-curve-updated")
+    model_version = ml.locator("#round-1").inner_text().split("Model version:")[1].split()[0]
     retrain_pressed = live.call("tests.e2e.test_team_flow:round_state", project=project_id)
     assert retrain_pressed == {"status": "done", "retrain_requested": False}
 
     # -- the export has the texts, and round 1's snapshot (written as the round finished) ---------------
     _goto_when_shown(lead, f"/p/{project_id}/export/", "#snapshot-round-1")
     assert int(lead.locator("#snapshot-round-1 td.num").inner_text()) > 0
+    assert lead.locator("#snapshot-round-1 code").first.inner_text().startswith(model_version)  # as the ML page
     shot(lead, "export-page")
     with lead.expect_download() as download:
         lead.get_by_role("button", name="Download").click()
