@@ -1,6 +1,7 @@
 """Versioned export snapshots: when a round finishes, the labels export (annotate/services/exports.py,
 JSON Lines: exact texts, nested values kept) as it stands then is written once to EXPORT_DIR, with the
-round number, row count, sha256 and the round's model version. A snapshot is never rewritten: a
+round number, row count, sha256 and the round's model version (its predictor's fingerprint, as on the
+ML page and in the Prediction rows). A snapshot is never rewritten: a
 second finish of the same round (a redelivered message) finds it and returns it. Writing one never
 fails the round: an error is logged and kept on the snapshot row, and a later call tries again."""
 
@@ -16,11 +17,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError
 
-from annotate.models import AdapterVersion, ExportSnapshot, Round
-from annotate.selectors.loop import adapter_refs
+from annotate.models import ExportSnapshot, Round
 from annotate.services.exports import export_labels
 from annotate.services.round_state import run_key
-from scoring.engines import adapter_set_hash
 
 log = logging.getLogger(__name__)
 FORMAT = "jsonl"  # exact: the spreadsheet-safe CSV would change texts
@@ -34,9 +33,11 @@ def snapshot_path(row: Round) -> Path:
 
 
 def model_version(row: Round) -> str:
-    """The round's production adapter set (the model its labels trained), "" before any was trained."""
-    adapters = list(AdapterVersion.objects.filter(round=row, arm=AdapterVersion.Arm.PROD).order_by("k"))
-    return adapter_set_hash(adapter_refs(adapters)) if adapters else ""
+    """The round's model version: its predictor's fingerprint (training/predictor.py), which its
+    evaluation keeps in the metrics — the ML page's "Model version" and the ``model_version`` of the
+    predictions it makes; "" for a round evaluated without adapters."""
+    fingerprint = ((row.metrics or {}).get("predictor") or {}).get("fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else ""
 
 
 def _partial(path: Path) -> Path:

@@ -49,6 +49,7 @@ def test_problem_7_two_hundred_labels_keys_search_and_phone_height(
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
     assert page.locator("#label-options [aria-selected=true]").inner_text() == "topic 192"
+    page.screenshot(path=str(artifacts_dir / "scale-200-labels-search.png"))  # the README tour's picture
     page.keyboard.press("Enter")
     page.get_by_text("Saved “topic 192”").wait_for()
     page.keyboard.press("/")

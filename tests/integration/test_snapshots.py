@@ -13,7 +13,6 @@ import pytest
 from django.contrib.auth.models import User
 
 from annotate.models import AdapterVersion, Annotation, ExportSnapshot, Item, Label, Round
-from annotate.selectors.loop import prod_set_hash
 from annotate.services.projects import LabelInput, project_create
 from annotate.services.round_state import S
 from annotate.services.rounds import round_advance, round_run_sync
@@ -31,7 +30,10 @@ def finished(settings: Any, tmp_path: Path) -> Round:
     for n in range(3):
         item = Item.objects.create(project=project, external_id=f"i{n}", text=f"-2+{n} text", text_hash=f"h{n}")
         Annotation.objects.create(item=item, annotator=ann, label=pos)
-    row = Round.objects.create(project=project, number=1, status=S.DONE)
+    # the fingerprint its evaluation stored (annotate/services/evaluation.py): the ML page's model version
+    row = Round.objects.create(
+        project=project, number=1, status=S.DONE, metrics={"predictor": {"fingerprint": "f" * 64}}
+    )
     AdapterVersion.objects.create(project=project, round=row, arm="prod", k=0, path="/a", content_hash="c" * 64)
     return row
 
@@ -45,7 +47,7 @@ def test_a_snapshot_is_written_once_with_its_hash(finished: Round, settings: Any
     rows = [json.loads(line) for line in data.decode().splitlines()]
     assert [r["item_id"] for r in rows] == ["i0", "i1", "i2"]
     assert rows[0]["annotations"] == {"ann": "pos"}
-    assert snapshot.model_version == prod_set_hash(project=finished.project) != ""  # the round's prod adapters
+    assert snapshot.model_version == "f" * 64  # the round's predictor, named as the ML page names it
 
     Annotation.objects.filter(item__project=finished.project).delete()  # labels change after the round...
     again = snapshot_write(round_id=finished.id)
