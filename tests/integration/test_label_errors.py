@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from annotate.models import Adjudication, Item, ItemEvent, LabelErrorScan, LabelSuspect, ProjectMembership
 from annotate.services.accounts import user_create
@@ -60,11 +61,16 @@ def test_a_lead_relabels_or_keeps_and_the_history_says_so(shared_data: Path, tmp
     assert ItemEvent.objects.filter(item=item, kind="decision").count() == 1
     with pytest.raises(LabelErrorError, match="already decided"):
         label_suspect_decide(suspect=first, lead=lead, label=None)
+    # the other-label list left on "choose…" decides nothing (it was read as "keep" before)
+    client = Client()
+    client.force_login(lead)
+    url = reverse("label_errors_decide", kwargs={"project_id": project.pk, "suspect_id": second.pk})
+    refused = client.post(url, {"label": "", "note": "n"}, follow=True).content.decode()
+    assert "not decided: choose a label" in refused
+    assert LabelSuspect.objects.get(pk=second.pk).decision == LabelSuspect.Decision.OPEN
     kept = label_suspect_decide(suspect=second, lead=lead, label=None)
     assert kept.decision == "kept" and Item.objects.get(pk=second.item_id).final_label_id == second.given_id
     # the page: the lead sees the decided ones; an annotator is refused
-    client = Client()
-    client.force_login(lead)
     page = client.get(f"/p/{project.pk}/lead/label-errors/").content.decode()
     assert "relabelled" in page and "kept" in page and "Scan the labels now" in page
     annotator = user_create(username="ann", password="pw-12345678", roles=["annotator"])
