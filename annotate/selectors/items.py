@@ -270,3 +270,9 @@ def item_review_state(item: Item) -> str:
     if item.state != Item.State.POOL:
         return str(item.state)
     return "labelled" if item.final_label_id is not None else "open"
+
+
+def test_items_among(*, project: Project, item_ids: list[int]) -> int:
+    """How many of ``item_ids`` are in the project's fixed test set (a bulk relabel's confirmation warns:
+    the test set is what every round's accuracy is measured against)."""
+    return Item.objects.filter(project=project, pk__in=item_ids, is_test=True).count()

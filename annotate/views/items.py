@@ -28,6 +28,7 @@ from annotate.selectors.items import (
     last_bulk_action,
     project_annotators,
     saved_filters,
+    test_items_among,
 )
 from annotate.services.bulk import BulkRefused, UndoRefused, bulk_apply, bulk_draft, bulk_undo
 from annotate.services.review import ReviewError, adjudicate, item_send_to_review
@@ -104,7 +105,12 @@ def item_bulk(request: HttpRequest, project_id: int) -> HttpResponse:
 def item_bulk_confirm(request: HttpRequest, project_id: int, action_id: int) -> HttpResponse:
     project = get_object_or_404(Project, pk=project_id)
     action = get_object_or_404(BulkAction, pk=action_id, project=project, actor=request.user)
-    context = {"project": project, "action": action, "query": request.GET.get("query", "")}
+    context = {
+        "project": project,
+        "action": action,
+        "query": request.GET.get("query", ""),
+        "test_items": test_items_among(project=project, item_ids=list(action.item_ids)),
+    }
     return render(request, "annotate/item_bulk.html", context)
 
 

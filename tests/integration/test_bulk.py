@@ -182,3 +182,24 @@ def test_problem_8_browser_sorts_by_disagreement_and_by_date(project: Project, p
     assert list(ordered_ids(project=project, filters={"sort": "disagreement"})) == [split.pk, one.pk, untouched.pk]
     assert list(ordered_ids(project=project, filters={"sort": "recent"})) == [one.pk, split.pk, untouched.pk]
     assert list(ordered_ids(project=project, filters={})) == sorted([split.pk, one.pk, untouched.pk])
+
+
+def test_a_bulk_relabel_of_test_set_items_is_warned_about(project: Project, people: dict[str, Any]) -> None:
+    """Found with the README tour: a bulk relabel changed test-set items without a word. The confirmation
+    now says how many of the items are in the fixed test set; without any, it says nothing."""
+    from django.test import Client
+    from django.urls import reverse
+
+    ids = _all(project)
+    Item.objects.filter(pk=ids[0]).update(is_test=True)
+    client = Client()
+    client.force_login(people["lena"])
+
+    def confirm(item_ids: list[int]) -> str:
+        draft = bulk_draft(project=project, actor=people["lena"], kind="relabel", item_ids=item_ids,
+                           label=label(project, "science"))  # fmt: skip
+        return client.get(reverse("item_bulk_confirm", args=[project.pk, draft.pk])).content.decode()
+
+    page = confirm(ids)
+    assert 'id="bulk-test-warning"' in page and "1 of them is a test-set item" in page
+    assert 'id="bulk-test-warning"' not in confirm(ids[1:])
