@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import gc
 import json
 import os
 import random
@@ -346,6 +347,7 @@ def run_level(level: Level, redis_url: str) -> Outcome:
         slots_dir = Path(tmp)
         DbSlots(slots_dir, level.db_slots)
         run_id = make_run(level, redis_dispatch(client))
+        gc.freeze()  # the forked workers share this process's objects without copying their pages
         workers = [spawn(redis_url, slots_dir, level) for _ in range(level.workers)]
         started = time.perf_counter()
         next_kill = started + level.kill_every_s
