@@ -79,6 +79,7 @@ class Outcome:
     done: int = 0
     lost: int = 0  # no result written (when timed_out: not finished in time, not necessarily lost)
     timed_out: bool = False
+    spawn_s: float = 0.0  # forking the workers (they work while the rest are forked)
     done_twice: int = 0
     kills: int = 0
     takeovers: int = 0
@@ -348,8 +349,9 @@ def run_level(level: Level, redis_url: str) -> Outcome:
         DbSlots(slots_dir, level.db_slots)
         run_id = make_run(level, redis_dispatch(client))
         gc.freeze()  # the forked workers share this process's objects without copying their pages
+        started = time.perf_counter()  # before the forks: the first workers start on the run at once
         workers = [spawn(redis_url, slots_dir, level) for _ in range(level.workers)]
-        started = time.perf_counter()
+        outcome.spawn_s = round(time.perf_counter() - started, 2)
         next_kill = started + level.kill_every_s
         try:
             while time.perf_counter() - started < level.timeout_s:
