@@ -79,7 +79,7 @@ class Outcome:
     done: int = 0
     lost: int = 0  # no result written (when timed_out: not finished in time, not necessarily lost)
     timed_out: bool = False
-    spawn_s: float = 0.0  # forking the workers (they work while the rest are forked)
+    spawn_s: float = 0.0  # forking the workers, before the run is made
     done_twice: int = 0
     kills: int = 0
     takeovers: int = 0
@@ -347,11 +347,12 @@ def run_level(level: Level, redis_url: str) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="job-engine-slots-") as tmp:
         slots_dir = Path(tmp)
         DbSlots(slots_dir, level.db_slots)
-        run_id = make_run(level, redis_dispatch(client))
         gc.freeze()  # the forked workers share this process's objects without copying their pages
-        started = time.perf_counter()  # before the forks: the first workers start on the run at once
-        workers = [spawn(redis_url, slots_dir, level) for _ in range(level.workers)]
+        started = time.perf_counter()
+        workers = [spawn(redis_url, slots_dir, level) for _ in range(level.workers)]  # idle: no run yet
         outcome.spawn_s = round(time.perf_counter() - started, 2)
+        run_id = make_run(level, redis_dispatch(client))
+        started = time.perf_counter()
         next_kill = started + level.kill_every_s
         try:
             while time.perf_counter() - started < level.timeout_s:
