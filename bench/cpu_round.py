@@ -99,7 +99,7 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from annotate.services.oracle import annotator, label_batch, trec_project
+    from devtools.oracle import annotator, label_batch, trec_project
 
     from annotate.loopconfig import loop_options, new_project_defaults
     from annotate.models import Item, Project, Round

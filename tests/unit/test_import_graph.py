@@ -198,3 +198,19 @@ def test_no_two_modules_share_a_name_with_different_meanings() -> None:
     assert core & app == SAME_THING_TWO_LAYERS
     stems = [p.stem for pkg in ("scoring", "training") for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"]
     assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
+
+
+def test_every_import_of_our_packages_names_a_module_that_exists() -> None:
+    """A module moved (annotate/services/oracle.py → devtools/oracle.py) and a bench script that imports
+    it inside a function broke silently until someone ran it (bench/cpu_round.py, session 19). Every
+    import of our packages, anywhere in the tree and at any depth, names a module that exists or a name
+    in one (``from pkg.mod import name``)."""
+    files = _files(*PACKAGES, *SCRIPT_DIRS)
+    ours = set(PACKAGES)
+    broken = []
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for imported in _imports(path.read_text(), package):
+            if imported.split(".")[0] in ours and imported not in files and imported.rpartition(".")[0] not in files:
+                broken.append(f"{name} imports {imported}")
+    assert not broken, broken
