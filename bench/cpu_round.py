@@ -99,11 +99,10 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from devtools.oracle import annotator, label_batch, trec_project
-
     from annotate.loopconfig import loop_options, new_project_defaults
     from annotate.models import Item, Project, Round
     from annotate.services import rounds
+    from devtools.oracle import annotator, label_batch, trec_project
 
     defaults = new_project_defaults()
     model_fields = ("random_share", "mass_threshold", "scratch_every", "test_set_size", "seed")
