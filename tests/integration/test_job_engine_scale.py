@@ -30,8 +30,8 @@ def test_killed_workers_shards_are_taken_over_and_none_is_lost_or_done_twice(own
         pytest.skip("worker processes share the database: PostgreSQL (DATABASE_URL=postgres://...)")
     owned = owned_redis or redis_owner.current()
     bench.ensure_result_table()
-    level = bench.Level(workers=20, shards=40, sleep_ms=(100, 200), kill_every_s=0.4, db_slots=8, timeout_s=90)
+    level = bench.Level(workers=20, shards=80, sleep_ms=(100, 200), kill_every_s=0.4, db_slots=8, timeout_s=90)
     outcome = bench.run_level(level, owned.url)
-    assert outcome.done == 40 and outcome.lost == 0 and outcome.done_twice == 0
+    assert outcome.done == 80 and outcome.lost == 0 and outcome.done_twice == 0
     assert outcome.kills >= 1 and outcome.takeovers >= 1
-    assert len(outcome.db_ms) >= 40 - outcome.kills  # every finish measured but a killed worker's
+    assert len(outcome.db_ms) >= 80 - outcome.kills  # every finish measured but a killed worker's
