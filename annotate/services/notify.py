@@ -150,7 +150,9 @@ def reviews_may_wait(project: Project) -> None:
     """Called by the labeling services after a label or a skip: once it commits, check whether the batch
     now waits for a lead (nothing at all for a project without notifications)."""
     if notify_targets(project):
-        transaction.on_commit(lambda: reviews_waiting_check(project_id=project.pk))
+        # robust: the label is committed whatever this check does; its failure is logged, never the
+        # annotator's error page
+        transaction.on_commit(lambda: reviews_waiting_check(project_id=project.pk), robust=True)
 
 
 # -- sending --------------------------------------------------------------------------------------

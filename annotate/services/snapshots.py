@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import uuid
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.db import IntegrityError
@@ -20,6 +20,7 @@ from django.db import IntegrityError
 from annotate.models import ExportSnapshot, Round
 from annotate.services.exports import export_labels
 from annotate.services.round_state import run_key
+from scoring.files import atomic_write
 
 log = logging.getLogger(__name__)
 FORMAT = "jsonl"  # exact: the spreadsheet-safe CSV would change texts
@@ -40,25 +41,20 @@ def model_version(row: Round) -> str:
     return fingerprint if isinstance(fingerprint, str) else ""
 
 
-def _partial(path: Path) -> Path:
-    return path.with_suffix(path.suffix + ".part")
-
-
 def _write(row: Round, path: Path) -> tuple[int, int, str]:
-    """The export into ``path`` (through a temporary name): (rows, bytes, sha256)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial(path)
-    digest, rows, size = hashlib.sha256(), 0, 0
-    with partial.open("wb") as out:
+    """The export into ``path``, whole or not at all (scoring.files.atomic_write, fsynced): (rows,
+    bytes, sha256)."""
+    digest, counts = hashlib.sha256(), [0, 0]
+
+    def write(out: IO[bytes]) -> None:
         for line in export_labels(project=row.project, fmt=FORMAT):
             data = line.encode("utf-8")
             digest.update(data)
             out.write(data)
-            rows, size = rows + 1, size + len(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(partial, path)
-    return rows, size, digest.hexdigest()
+            counts[0], counts[1] = counts[0] + 1, counts[1] + len(data)
+
+    atomic_write(path, write, durable=True)
+    return counts[0], counts[1], digest.hexdigest()
 
 
 def snapshot_write(*, round_id: int) -> ExportSnapshot:
@@ -75,9 +71,8 @@ def snapshot_write(*, round_id: int) -> ExportSnapshot:
         return _record(row, status=ExportSnapshot.Status.DONE, fields=fields, written=path)
     except Exception as exc:  # a full disk, an unwritable folder: the round stays as it is
         log.exception("round %s: the export snapshot was not written", row.pk)
-        for leftover in (path, _partial(path)):
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # written, then the row could not be recorded
+            path.unlink(missing_ok=True)
         error = f"{type(exc).__name__}: {exc}"[:2000]
         return _record(row, status=ExportSnapshot.Status.FAILED, fields={"error": error}, written=None)
 
