@@ -150,6 +150,7 @@ class ImportJob(models.Model):
     skip_duplicates = models.BooleanField(default=True)
     rows_skipped = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
 
 
 class Item(models.Model):
@@ -308,6 +309,22 @@ class BatchItem(models.Model):
         indexes = [
             models.Index(fields=["round", "rank", "item"], name="batchitem_queue_open", condition=Q(done=False)),
         ]
+
+
+class WaitingItem(models.Model):
+    """An item people must label outside the loop's selection (auto-labelling's cascade, audit, gold,
+    calibration split) that arrived while the project's one active round was busy (planning, scoring,
+    selecting, training, evaluating): it waits here and joins the batch of the next round that reaches
+    labelling, or, once no round is active, a round opened for it (annotate/services/people_queue.py)."""
+
+    project = models.ForeignKey(Project, related_name="waiting_items", on_delete=models.CASCADE)
+    item = models.ForeignKey(Item, related_name="waiting", on_delete=models.CASCADE)
+    source = models.CharField(max_length=8, choices=BatchItem.Source.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "id"]
+        constraints = [models.UniqueConstraint(fields=["project", "item"], name="waitingitem_unique")]
 
 
 class Lease(models.Model):
@@ -479,7 +496,7 @@ class AdapterVersion(models.Model):
 
 class WorkStatus(models.TextChoices):
     """A unit of round work (a ScoreShard or a WorkClaim), claimed by one live process at a time
-    (annotate/services/claims.py): pending → queued (a message was sent) → running (worker = host:pid)
+    (annotate/services/jobs.py): pending → queued (a message was sent) → running (worker = host:pid)
     → done; failed, or running on a dead process, is claimed again."""
 
     PENDING = "pending"
@@ -506,13 +523,14 @@ class ScoreShard(models.Model):
     seconds = models.FloatField(default=0.0)
     tokens = models.BigIntegerField(default=0)
     error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["round", "shard"], name="shard_unique")]
 
 
 class WorkClaim(models.Model):
-    """A unit of a round's work other than a score shard, claimed like one (annotate/services/claims.py)
+    """A unit of a round's work other than a score shard, claimed like one (annotate/services/jobs.py)
     so that one live process does it: planning (``plan``), choosing the batch (``select``), freezing
     the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), the evaluation
     (``evaluate``), ``finish`` (once the round is done or failed: its export snapshot and its
@@ -537,6 +555,7 @@ class WorkClaim(models.Model):
     worker = models.CharField(max_length=200, blank=True)  # host:pid of the process holding it
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
     # drive: refreshed by the driver while it runs, so a process on another host (no pid to check,
     # no Celery node to ping) can tell a live driver from a dead one.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -638,8 +657,9 @@ class Calibration(models.Model):
     predictor = models.JSONField(default=dict, blank=True)
     n_items = models.PositiveIntegerField(default=0)  # evaluation items (test set + gold): the calibrator
     n_calibration = models.PositiveIntegerField(default=0)  # calibration-split items: the thresholds
-    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/claims.py)
+    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/jobs.py)
     attempts = models.PositiveSmallIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
     calibrator = models.JSONField(default=dict, blank=True)  # training.calibrate.Calibrator.to_json()
     before = models.JSONField(default=dict, blank=True)  # ECE, NLL, reliability bins, uncalibrated
     after = models.JSONField(default=dict, blank=True)
@@ -675,6 +695,7 @@ class AutolabelRun(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.ENGINE)
     reason = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
     prompt_hash = models.CharField(max_length=64, blank=True)
     adapter_set_hash = models.CharField(max_length=64, blank=True)
     model_version = models.CharField(max_length=64, blank=True)  # the calibrated predictor's fingerprint
@@ -710,6 +731,7 @@ class AutolabelShard(models.Model):
     node = models.CharField(max_length=200, blank=True)  # the Celery node holding it: the per-worker cap counts these
     seconds = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "shard"], name="autolabel_shard_unique")]
@@ -890,7 +912,7 @@ class ExportSnapshot(models.Model):
 class LabelErrorScan(models.Model):
     """One possible-label-errors scan (annotate/services/label_errors.py), run by a worker: the page
     polls this row. At most one is pending or running per project (a second request gets that one);
-    claimed like a shard (``worker``, ``attempts``: annotate/services/claims.py), so a worker killed
+    claimed like a shard (``worker``, ``attempts``: annotate/services/jobs.py), so a worker killed
     mid-scan leaves it running on a dead process, and the next worker start takes it over."""
 
     class Status(models.TextChoices):
@@ -913,8 +935,9 @@ class LabelErrorScan(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     step = models.PositiveSmallIntegerField(choices=Step.choices, default=Step.WAITING)
-    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/claims.py)
+    worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/jobs.py)
     attempts = models.PositiveSmallIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
     labels_seen = models.PositiveIntegerField(default=0)  # labelled items judged
     suspects_found = models.PositiveIntegerField(default=0)  # contradicted with confidence (judged before or not)
     suspects_added = models.PositiveIntegerField(default=0)  # new in the lead's queue

@@ -6,9 +6,9 @@ dispatches what comes next. Round tasks are idempotent (every unit is claimed by
 guarded transitions, unique rows, checkpoints), so a redelivered or duplicated message is harmless.
 Transient errors (a locked SQLite database, a dropped Redis or PostgreSQL connection) are retried; any
 other error, or the last retry, fails the round with the reason (``round_fail``). Every worker, when
-it starts, sends again what active rounds still need (``annotate.rounds_resume``,
-``annotate.imports_resume``, ``annotate.label_error_scans_resume``): that is how a round, an import or a
-label-error scan continues after its worker was killed.
+it starts, runs the job engine's resume once (``annotate.jobs_resume``, on its own queue:
+annotate/services/jobs.py): every job kind sends again what its open rows still need. That is how a
+round, an import, a label-error scan or an auto-labelling job continues after its worker was killed.
 """
 
 from __future__ import annotations
@@ -105,18 +105,12 @@ def round_evaluate(round_id: int) -> str:
     return str(_then_advance(round_id, round_evaluate_run(round_id=round_id).status))
 
 
-@shared_task(name="annotate.rounds_resume", **RETRY)
-def rounds_resume() -> int:
-    from annotate.services.rounds import rounds_resume_all
+@shared_task(name="annotate.jobs_resume", **RETRY)
+def jobs_resume() -> dict[str, int | str]:
+    """The job engine's resume (annotate/services/jobs.py): {job kind: units sent again}."""
+    from annotate.services.jobs import resume_all
 
-    return rounds_resume_all()
-
-
-@shared_task(name="annotate.imports_resume", **RETRY)
-def imports_resume() -> int:
-    from annotate.services.imports import imports_resume_all
-
-    return imports_resume_all()
+    return resume_all()
 
 
 @shared_task(name="annotate.round_finished", **RETRY)
@@ -161,13 +155,6 @@ def label_error_scan(scan_id: int) -> str:
     return label_error_scan_run(scan_id=scan_id).status
 
 
-@shared_task(name="annotate.label_error_scans_resume", **RETRY)
-def label_error_scans_resume() -> int:
-    from annotate.services.label_errors import label_error_scans_resume_all
-
-    return label_error_scans_resume_all()
-
-
 @shared_task(name="annotate.gpu.engine_warm")
 def engine_warm(kind: str) -> dict[str, Any]:
     from annotate.services.scoring import engine_warm as warm
@@ -176,10 +163,15 @@ def engine_warm(kind: str) -> dict[str, Any]:
 
 
 @worker_ready.connect
-def _resume_on_start(**_: Any) -> None:
-    rounds_resume.delay()
-    imports_resume.delay()
-    label_error_scans_resume.delay()
+def _resume_on_start(sender: Any = None, **_: Any) -> None:
+    """Every worker start: the job engine's resume, on this worker's own queue (config/celery.py
+    ``worker_direct``), so it runs in the process that just started, whatever queues it reads."""
+    from celery.utils import worker_direct
+
+    if sender is None:
+        jobs_resume.delay()
+        return
+    jobs_resume.apply_async(queue=worker_direct(sender.hostname))
 
 
 @worker_ready.connect

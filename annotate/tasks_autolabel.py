@@ -1,14 +1,14 @@
 """Celery entry points of the auto-labelling job (thin: ids in, one service call). Stable names;
 ``annotate.gpu.*`` run on the gpu queue. Every body is idempotent (guarded status updates, claims,
 upserts keyed by (item, prompt hash, adapter set)), so redelivery is harmless. A worker start
-re-enqueues what pending calibrations and running runs still need."""
+re-enqueues what pending calibrations and running runs still need (the job engine's resume,
+annotate/services/jobs.py, sent by annotate/tasks.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import worker_ready
 
 from annotate.tasks import RETRY
 
@@ -55,15 +55,3 @@ def retry(dead_letter_ids: list[int]) -> int:
     from annotate.services.autolabel import dead_letter_retry_run
 
     return dead_letter_retry_run(dead_letter_ids=dead_letter_ids)
-
-
-@shared_task(name="annotate.autolabel_resume", **RETRY)
-def resume() -> int:
-    from annotate.services.autolabel import autolabel_resume_all
-
-    return autolabel_resume_all()
-
-
-@worker_ready.connect
-def _resume_on_start(**_: Any) -> None:
-    resume.delay()

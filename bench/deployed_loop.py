@@ -312,7 +312,7 @@ class Throughput:
     a reason: nothing of it is labelled). With ``kill``, one more round like the largest, in which one
     gpu worker that holds a shard is SIGKILLed (its whole process group) once ``kill_at`` of the items
     are scored, and a fresh worker with the same name is started: it re-sends what the round lacks
-    when it is ready (annotate.rounds_resume), and the round must finish with every shard done once."""
+    when it is ready (annotate.jobs_resume), and the round must finish with every shard done once."""
 
     def __init__(self, *, deployment: Deployment, args: argparse.Namespace, gpu_env: dict[str, str]) -> None:
         self.d, self.a, self.gpu_env = deployment, args, gpu_env

@@ -5,7 +5,7 @@ shards of one run through the app's own code, with random SIGKILLs, on real Post
 
 Each level is one AutolabelRun of ``--shards`` shards. ``N`` worker processes (forked from this one,
 Django loaded once) pop shard messages from a Redis list and call ``annotate.services.autolabel.shard_run``
-itself: the claim (annotate/services/claims.py, conditional UPDATEs, a dead holder's shard taken over),
+itself: the claim (annotate/services/jobs.py, conditional UPDATEs, a dead holder's shard taken over),
 the per-worker cap, the backpressure feed that enqueues the next shards, the finish. Only the scoring is a
 stand-in (``stand_in_shard``): it sleeps 50–200 ms, then writes the shard's result row and marks the shard
 done with the real path's conditional UPDATE; like the real path it skips a shard whose result is
@@ -521,7 +521,7 @@ def feed_probe(n_shards: int, done_shares: tuple[float, ...] = (0.5, 0.99)) -> d
     milliseconds of one claim, one ``_feed`` (which every finished shard calls) and ``_maybe_finish``."""
     from annotate.models import AutolabelRun, AutolabelShard, Calibration, Project
     from annotate.services import autolabel as auto
-    from annotate.services import claims
+    from annotate.services import jobs
 
     project = Project.objects.create(name=f"feed-probe {time.time_ns()}")
     run = AutolabelRun.objects.create(
@@ -544,7 +544,7 @@ def feed_probe(n_shards: int, done_shares: tuple[float, ...] = (0.5, 0.99)) -> d
         feed, claim, finish = [], [], []
         for k in range(5):
             started = time.perf_counter()
-            claims.claim(shards.filter(shard=cut + k), me="probe:1")
+            jobs.claim(shards.filter(shard=cut + k), me="probe:1")
             claim.append(time.perf_counter() - started)
             shards.filter(shard=cut + k).update(status="done")  # one finished: the feed has room for one
             started = time.perf_counter()

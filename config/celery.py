@@ -20,7 +20,7 @@ app.conf.task_default_queue = "default"
 # An upload made while a round trains must not sit behind it: imports have their own queue, read by the
 # io-worker and by the plain worker (so a one-worker install still imports).
 # A finished round's export snapshot and notifications go there too: they never wait behind a round.
-IO_TASKS = ("annotate.import_run", "annotate.imports_resume", "annotate.round_finished", "annotate.notify_deliver")
+IO_TASKS = ("annotate.import_run", "annotate.round_finished", "annotate.notify_deliver")
 app.conf.task_routes = {"annotate.gpu.*": {"queue": "gpu"}, **{name: {"queue": "io"} for name in IO_TASKS}}
 # A GPU task holds an engine for minutes: take one message at a time and acknowledge it only when
 # done, so a killed worker's task is redelivered instead of lost (every task is idempotent).

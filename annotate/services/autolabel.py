@@ -26,13 +26,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from annotate import steppoints
@@ -49,11 +49,13 @@ from annotate.models import (
     Label,
     Prediction,
     Project,
-    Round,
 )
 from annotate.selectors import autolabel as auto_sel
 from annotate.selectors import loop as loop_sel
+from annotate.services import jobs, people_queue
 from annotate.services.predictor import RoundPredictor, round_predictor
+from annotate.services.round_state import autolabel_run_dir
+from annotate.services.rounds import round_open_for_people
 from scoring import batch_manifest, pipeline
 from scoring.prompts import LabelSpec, PromptSpec
 from training import calibrate as cal
@@ -64,10 +66,9 @@ from training.thresholds import DEFAULT_DELTA
 RunStatus = AutolabelRun.Status
 ShardStatus = AutolabelShard.Status
 SHARD_ITEMS = 2000  # items per shard: a checkpoint every few seconds of GPU, a minute or two of CPU
-MAX_SHARD_ATTEMPTS = 3  # a shard claimed this often gives its remaining items to the dead letters
+MAX_SHARD_ATTEMPTS = jobs.MAX_ATTEMPTS  # a shard claimed more often gives its remaining items to the dead letters
 MAX_REASON = 2000
 CASCADES = ("none", "agreement", "permuted", "second_model")
-AUTOLABEL_STRATEGY = "autolabel"  # Round.strategy of the round that carries cascade/audit/gold rows
 
 
 class AutolabelError(ValueError):
@@ -390,31 +391,18 @@ def _add_held_out(
         queue_for_people(project=project, item_ids=ids, source=source)
 
 
-def people_round(project: Project) -> Round:
-    """The round whose batch carries items for people outside the loop's selection (cascade, audit,
-    gold): the oldest round in labelling, else a new "autolabel" round in labelling."""
-    current = Round.objects.filter(project=project, status=Round.Status.LABELING).order_by("number").first()
-    if current is not None:
-        return current
-    number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
-    row, _ = Round.objects.get_or_create(
-        project=project,
-        number=number,
-        defaults={"status": Round.Status.LABELING, "strategy": AUTOLABEL_STRATEGY, "seed": project.seed},
-    )
-    return row
-
-
 def queue_for_people(*, project: Project, item_ids: Sequence[int], source: str) -> int:
-    """Batch rows for items people must label (cascade, audit, gold). Idempotent per round."""
+    """Items people must label (cascade, audit, gold, calibration split): into the batch of the
+    project's round in labelling, or of a round opened for them through the round transitions, or,
+    while the project's active round is busy, waiting for the next round in labelling
+    (annotate/services/people_queue.py). Never a second active round. Idempotent per item."""
     if not item_ids:
         return 0
     with transaction.atomic():
-        target = people_round(project)
-        start = (BatchItem.objects.filter(round=target).aggregate(r=Max("rank"))["r"] or 0) + 1
-        rows = [BatchItem(round=target, item_id=int(i), source=source, rank=start + n) for n, i in enumerate(item_ids)]
-        BatchItem.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
-    return len(rows)
+        target = round_open_for_people(project=project)
+        if target is None:
+            return people_queue.hold(project=project, item_ids=item_ids, source=source)
+        return people_queue.add_to_batch(round=target, item_ids=item_ids, source=source)
 
 
 # -- calibration ------------------------------------------------------------------------------------
@@ -448,6 +436,7 @@ def calibration_request(
             delta=delta,
             cascade=cascade,
             second_model_dir=second_model_dir,
+            sent_at=timezone.now(),
         )
         dispatch("calibrate", row.id)
     return row
@@ -457,14 +446,13 @@ def calibration_run(*, calibration_id: int) -> Calibration:
     """Score the evaluation items and the calibration split, fit the calibrator and every tier's
     thresholds (task body). Claimed like a shard: one live worker fits it, and a worker that finds
     it running on a dead one (killed mid-fit) takes it over and fits it again from the start."""
-    from annotate.services import claims
     from annotate.services.scoring import worker_id
 
     me = worker_id()
     rows = Calibration.objects.filter(
         id=calibration_id, status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
     )
-    if not claims.claim(rows, me=me):
+    if not jobs.claim(rows, me=me):
         return Calibration.objects.get(id=calibration_id)
     row = Calibration.objects.select_related("project").get(id=calibration_id)
     if row.attempts > MAX_SHARD_ATTEMPTS:  # it keeps killing its workers: stop, say so
@@ -482,8 +470,12 @@ def calibration_run(*, calibration_id: int) -> Calibration:
 
 
 def calibration_fail(*, calibration_id: int, reason: str) -> None:
-    Calibration.objects.filter(id=calibration_id).exclude(status=Calibration.Status.DONE).update(
-        status=Calibration.Status.FAILED, error=reason[:MAX_REASON], finished_at=timezone.now()
+    jobs.end(
+        Calibration.objects.filter(id=calibration_id),
+        status=Calibration.Status.FAILED,
+        open_statuses=(Calibration.Status.PENDING, Calibration.Status.RUNNING),
+        error=reason[:MAX_REASON],
+        finished_at=timezone.now(),
     )
 
 
@@ -646,13 +638,10 @@ def run_request(
             chunk_size=chunk_size,
             shard_items=shard_items,
             seed=project.seed,
+            sent_at=timezone.now(),
         )
         dispatch("plan", row.id)
     return row
-
-
-def run_dir(run: AutolabelRun) -> Path:
-    return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
 
 
 def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelRun:
@@ -669,7 +658,7 @@ def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelR
         return AutolabelRun.objects.get(id=run.id)
     ids = _plan_items(run, ctx)
     n_shards = max(1, math.ceil(len(ids) / run.shard_items)) if len(ids) else 0
-    _, offsets = pipeline.write_shard_index(run_dir(run), ids, n_shards)  # every shard's items, hashed once
+    _, offsets = pipeline.write_shard_index(autolabel_run_dir(run), ids, n_shards)  # every shard's items, hashed once
     counts = np.diff(offsets)
     with transaction.atomic():
         AutolabelShard.objects.bulk_create(
@@ -696,7 +685,7 @@ def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelR
 def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
     """The run's items: the unlabelled pool minus items already decided under this (prompt, adapter
     set). Written once to items.npy, so a replayed plan sees the same list."""
-    path = run_dir(run) / "items.npy"
+    path = autolabel_run_dir(run) / "items.npy"
     if path.is_file():
         return np.load(path)
     pool = auto_sel.unlabelled_pool(project=run.project)
@@ -712,14 +701,20 @@ def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
 
 
 def _refuse(run_id: int, reason: str) -> None:
-    AutolabelRun.objects.filter(id=run_id, status__in=[RunStatus.PENDING, RunStatus.RUNNING]).update(
-        status=RunStatus.REFUSED, reason=reason[:MAX_REASON], finished_at=timezone.now()
-    )
+    _end_run(run_id, RunStatus.REFUSED, reason)
 
 
 def run_fail(*, run_id: int, reason: str) -> None:
-    AutolabelRun.objects.filter(id=run_id, status__in=[RunStatus.PENDING, RunStatus.RUNNING]).update(
-        status=RunStatus.FAILED, reason=reason[:MAX_REASON], finished_at=timezone.now()
+    _end_run(run_id, RunStatus.FAILED, reason)
+
+
+def _end_run(run_id: int, status: str, reason: str) -> None:
+    jobs.end(
+        AutolabelRun.objects.filter(id=run_id),
+        status=status,
+        open_statuses=(RunStatus.PENDING, RunStatus.RUNNING),
+        reason=reason[:MAX_REASON],
+        finished_at=timezone.now(),
     )
 
 
@@ -736,7 +731,8 @@ def _feed(run: AutolabelRun, dispatch: Dispatch) -> int:
         .order_by("shard")
         .values_list("shard", flat=True)[: max(0, run.max_shards_in_flight - in_flight)]
     ):
-        if shards.filter(shard=shard, status=ShardStatus.PENDING).update(status=ShardStatus.QUEUED):
+        waiting = shards.filter(shard=shard, status=ShardStatus.PENDING)
+        if waiting.update(status=ShardStatus.QUEUED, sent_at=timezone.now()):
             dispatch("shard", run.id, shard)
             sent += 1
     _maybe_finish(run.id)
@@ -754,11 +750,9 @@ def _maybe_finish(run_id: int) -> bool:
 
 
 def _claim(run_id: int, shard: int, me: str) -> bool:
-    """One live worker per shard: the round flow's claim (conditional UPDATEs, a dead holder's shard
+    """One live worker per shard: the job engine's claim (conditional UPDATEs, a dead holder's shard
     taken over, attempts counted) on this table of the same shape."""
-    from annotate.services import claims
-
-    return claims.claim(AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING), me=me)
+    return jobs.claim(AutolabelShard.objects.filter(run_id=run_id, shard=shard, run__status=RunStatus.RUNNING), me=me)
 
 
 def shard_run(*, run_id: int, shard: int, dispatch: Dispatch = celery_dispatch) -> AutolabelShard:
@@ -824,7 +818,7 @@ def _within_worker_cap(run_id: int, shard: int, me: str, node: str, dispatch: Di
 
 def _shard_items(row: AutolabelShard) -> list[int]:
     run = row.run
-    directory = run_dir(run)
+    directory = autolabel_run_dir(run)
     if not (directory / "offsets.npy").is_file():  # planned before the index existed
         pipeline.write_shard_index(directory, np.load(directory / "items.npy"), run.n_shards)
     mine = pipeline.read_shard(directory, row.shard).tolist()
@@ -1114,30 +1108,34 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 # -- resume -----------------------------------------------------------------------------------------
 
 
-def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch) -> int:
-    """Worker start: pending calibrations and runs are (re)started, so are calibrations running on a
-    dead worker; a running run's queued shards and those whose worker died are enqueued again
-    (duplicates are harmless: the claim lets one in)."""
-    from annotate.services.workers import worker_alive
-
+def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch, broker_started: datetime | None = None) -> int:
+    """Worker start (the job engine's resume, annotate/services/jobs.py): a calibration running on a
+    dead worker, and a pending calibration or run whose message may be lost, are sent again; so are a
+    running run's shards running on a dead worker or queued with a message that may be lost. Each unit
+    once, however many workers start at once (``jobs.resend_due``); a duplicate is harmless anyway (the
+    claim lets one in). Then each run is fed up to its in-flight cap."""
     sent = 0
-    open_calibrations = Calibration.objects.filter(
-        status__in=[Calibration.Status.PENDING, Calibration.Status.RUNNING]
-    ).values_list("id", "status", "worker")
-    for cal_id, status, worker in open_calibrations:
-        if status == Calibration.Status.RUNNING and worker_alive(worker):
-            continue
-        dispatch("calibrate", cal_id)
-        sent += 1
+    C = Calibration.Status
+    for cal_id in Calibration.objects.filter(status__in=[C.PENDING, C.RUNNING]).values_list("id", flat=True):
+        rows = Calibration.objects.filter(id=cal_id)
+        if jobs.requeue_dead(rows, to=C.PENDING) or jobs.resend_due(
+            rows, waiting=(C.PENDING,), broker_started=broker_started
+        ):
+            dispatch("calibrate", cal_id)
+            sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
         if run.status == RunStatus.PENDING:
-            dispatch("plan", run.id)
-            sent += 1
+            if jobs.resend_due(
+                AutolabelRun.objects.filter(id=run.id), waiting=(RunStatus.PENDING,), broker_started=broker_started
+            ):
+                dispatch("plan", run.id)
+                sent += 1
             continue
-        for shard in AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING]):
-            if shard.status == ShardStatus.RUNNING and worker_alive(shard.worker):
-                continue
-            dispatch("shard", run.id, shard.shard)
-            sent += 1
+        open_shards = AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING])
+        for shard in open_shards.values_list("shard", flat=True):
+            unit = AutolabelShard.objects.filter(run=run, shard=shard)
+            if jobs.requeue_dead(unit, to=ShardStatus.QUEUED) or jobs.resend_due(unit, broker_started=broker_started):
+                dispatch("shard", run.id, shard)
+                sent += 1
         sent += _feed(run, dispatch)
     return sent

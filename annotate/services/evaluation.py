@@ -27,7 +27,7 @@ from annotate import steppoints
 from annotate.loopconfig import round_config, round_frozen, round_stop_set_size, worker_config
 from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims
+from annotate.services import jobs
 from annotate.services.projects import stop_set_draw
 from annotate.services.proxy import item_texts, plan_proxy_probabilities
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
@@ -400,7 +400,7 @@ def _cost(row: Round, metrics: dict[str, Any], labels_used: int) -> dict[str, An
 
 def round_evaluate_run(*, round_id: int) -> Round:
     """evaluating → done with Round.metrics and Round.cost. Recomputes everything on a replay."""
-    return claims.run_round_step(
+    return jobs.run_round_step(
         round_id, status=S.EVALUATING, kind=WorkClaim.Kind.EVALUATE, what="the evaluation", step=_evaluate
     )
 

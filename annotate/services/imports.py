@@ -37,6 +37,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from django.utils import timezone
 
 from annotate import steppoints
 from annotate.models import ImportJob, Item, Label, Project
+from annotate.services import jobs
 from scoring.cache import text_hash
 
 logger = logging.getLogger(__name__)
@@ -714,6 +716,7 @@ def import_create(
         total_bytes=path.stat().st_size,
         as_gold_for_test=gold_for_test,
         skip_duplicates=skip_duplicates,
+        sent_at=timezone.now(),
     )
     send_on_commit("annotate.import_run", job.id)
     return job
@@ -771,16 +774,21 @@ def _fail(job: ImportJob, error: str) -> ImportJob:
     return job
 
 
-def imports_resume_all() -> int:
-    """Enqueue every import that is pending or was running (a worker start calls it: an import whose
-    worker was killed continues). A job still running elsewhere is left to it by ``import_run``."""
+def imports_resume_all(*, broker_started: datetime | None = None) -> int:
+    """Enqueue every import that was running (its worker may have been killed: the import continues;
+    a job still running elsewhere is left to it by ``import_run``) and every pending one whose message
+    may be lost (``jobs.resend_due``: once, however many workers start at once). The job engine's
+    worker-start resume (annotate/services/jobs.py)."""
     from annotate.services.queue import send_on_commit
 
-    ids = list(
-        ImportJob.objects.filter(status__in=[ImportJob.Status.PENDING, ImportJob.Status.RUNNING]).values_list(
-            "id", flat=True
-        )
-    )
+    S = ImportJob.Status
+    open_jobs = ImportJob.objects.filter(status__in=[S.PENDING, S.RUNNING]).values_list("id", "status")
+    ids = [
+        job_id
+        for job_id, status in open_jobs
+        if status == S.RUNNING
+        or jobs.resend_due(ImportJob.objects.filter(id=job_id), waiting=(S.PENDING,), broker_started=broker_started)
+    ]
     for job_id in ids:
         send_on_commit("annotate.import_run", job_id)
     return len(ids)

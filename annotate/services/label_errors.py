@@ -9,12 +9,13 @@ quality follows the proxy's accuracy (bench/label_errors.py measures precision a
 The scan loads the encoder, so it runs in a worker (``annotate.label_error_scan``, default queue): a
 LabelErrorScan row records who asked, its step, its counts and how it ended, and the page polls it. One
 scan at a time per project (a unique constraint on the active rows: a second request gets the one that
-runs); claimed like a shard (annotate/services/claims.py): a worker killed mid-scan leaves it running on
+runs); claimed like a shard (annotate/services/jobs.py): a worker killed mid-scan leaves it running on
 a dead process, the redelivered message or the next worker start takes it over, and a scan that killed
 MAX_ATTEMPTS workers fails with the reason instead of running for ever."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from django.utils import timezone
 from annotate import steppoints
 from annotate.models import Item, Label, LabelErrorScan, LabelSuspect, Project
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims, proxy
+from annotate.services import jobs, proxy
 from annotate.services.review import adjudicate
 from annotate.services.workers import worker_id
 from training.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba
@@ -52,7 +53,7 @@ def label_error_scan_request(*, project: Project, user: Any = None) -> tuple[Lab
         return running, False
     try:
         with transaction.atomic():
-            scan = Scan.objects.create(project=project, requested_by=user)
+            scan = Scan.objects.create(project=project, requested_by=user, sent_at=timezone.now())
     except IntegrityError:  # a request in another process won the race: show that one
         return active.get(), False
     from annotate.services.queue import send_on_commit
@@ -66,10 +67,10 @@ def label_error_scan_run(*, scan_id: int) -> LabelErrorScan:
     it, record its counts; any error ends it failed with the message."""
     me = worker_id()
     rows = Scan.objects.filter(id=scan_id, status__in=[Scan.Status.PENDING, Scan.Status.RUNNING])
-    if not claims.claim(rows, me=me):
+    if not jobs.claim(rows, me=me):
         return Scan.objects.get(id=scan_id)
     scan = Scan.objects.select_related("project").get(id=scan_id)
-    if scan.attempts > claims.MAX_ATTEMPTS:  # it keeps killing its workers: stop, say so
+    if scan.attempts > jobs.MAX_ATTEMPTS:  # it keeps killing its workers: stop, say so
         label_error_scan_fail(scan_id=scan.id, reason=f"{scan.attempts - 1} workers died during this scan")
         return Scan.objects.get(id=scan.id)
     Scan.objects.filter(id=scan.id, started_at__isnull=True).update(started_at=timezone.now())
@@ -90,18 +91,28 @@ def label_error_scan_run(*, scan_id: int) -> LabelErrorScan:
 
 
 def label_error_scan_fail(*, scan_id: int, reason: str) -> None:
-    Scan.objects.filter(id=scan_id, status__in=[Scan.Status.PENDING, Scan.Status.RUNNING]).update(
-        status=Scan.Status.FAILED, error=reason[: claims.MAX_ERROR], finished_at=timezone.now()
+    jobs.end(
+        Scan.objects.filter(id=scan_id),
+        status=Scan.Status.FAILED,
+        open_statuses=(Scan.Status.PENDING, Scan.Status.RUNNING),
+        error=reason[: jobs.MAX_ERROR],
+        finished_at=timezone.now(),
     )
 
 
-def label_error_scans_resume_all() -> int:
-    """Worker start: send again every pending scan and every scan running on a dead process (the claim
-    lets one worker in, so a duplicate message is harmless)."""
+def label_error_scans_resume_all(*, broker_started: datetime | None = None) -> int:
+    """Worker start (the job engine's resume, annotate/services/jobs.py): send again every scan running
+    on a dead process, and every pending one whose message may be lost; each once, however many
+    workers start at once (the claim lets one worker in, so a duplicate message is harmless anyway)."""
     from annotate.services.queue import send_on_commit
 
     rows = Scan.objects.filter(status__in=[Scan.Status.PENDING, Scan.Status.RUNNING])
-    ids = list(claims.needs_worker(rows).values_list("id", flat=True))
+    ids = [
+        scan_id
+        for scan_id in rows.values_list("id", flat=True)
+        if jobs.requeue_dead(rows.filter(id=scan_id), to=Scan.Status.PENDING)
+        or jobs.resend_due(rows.filter(id=scan_id), waiting=(Scan.Status.PENDING,), broker_started=broker_started)
+    ]
     for scan_id in ids:
         send_on_commit(SCAN_TASK, scan_id)
     return len(ids)

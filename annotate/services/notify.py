@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from annotate.models import ExportSnapshot, NotificationDelivery, Project, Round, WorkClaim
 from annotate.selectors.progress import batch_status, labeling_round
-from annotate.services import claims
+from annotate.services import jobs
 from annotate.services.queue import send_on_commit
 from annotate.services.snapshots import snapshot_write
 
@@ -121,8 +121,8 @@ def round_finished_run(*, round_id: int) -> list[NotificationDelivery]:
         payload = _round_payload(row, snapshot)
         return notifications_queue(round=row, event=payload["event"], payload=payload)
 
-    rows = claims.work_rows(row.pk, WorkClaim.Kind.FINISH)
-    return claims.run_claimed(rows, round_id=row.pk, what="the round's finish", step=finish) or []
+    rows = jobs.work_rows(row.pk, WorkClaim.Kind.FINISH)
+    return jobs.run_claimed(rows, round_id=row.pk, what="the round's finish", step=finish) or []
 
 
 def reviews_waiting_check(*, project_id: int) -> list[NotificationDelivery]:

@@ -13,7 +13,7 @@ import numpy as np
 from annotate.loopconfig import round_config
 from annotate.models import Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims
+from annotate.services import jobs
 from annotate.services.round_state import S, round_score_dir, round_transition
 from scoring import pipeline
 from scoring.files import atomic_save_npy
@@ -40,7 +40,7 @@ def cold_mode(row: Round) -> str:
 def round_plan(*, round_id: int) -> Round:
     """pending → selecting (cold start, or a strategy that reads no scores) or pending → scoring
     (candidates and shards planned). Held as the round's ``plan`` unit; a replay changes nothing."""
-    return claims.run_round_step(round_id, status=S.PENDING, kind=WorkClaim.Kind.PLAN, what="planning", step=_plan)
+    return jobs.run_round_step(round_id, status=S.PENDING, kind=WorkClaim.Kind.PLAN, what="planning", step=_plan)
 
 
 def _plan(row: Round) -> None:

@@ -171,8 +171,7 @@ def project_delete(*, project: Project, confirm_name: str) -> str:
     from django.conf import settings
 
     from annotate.models import AutolabelRun, Calibration, Round
-    from annotate.services.autolabel import run_dir
-    from annotate.services.round_state import round_dir, round_score_dir
+    from annotate.services.round_state import autolabel_run_dir, round_dir, round_score_dir
 
     if confirm_name.strip() != project.name:
         raise ProjectError(f"type the project's name exactly ({project.name!r}) to delete it")
@@ -183,7 +182,7 @@ def project_delete(*, project: Project, confirm_name: str) -> str:
             raise ProjectError(f"{busy}; wait until it has finished (or archive the project), then delete it")
         folders = [round_dir(r) for r in Round.objects.filter(project=project)]
         folders += [round_score_dir(r) for r in Round.objects.filter(project=project)]
-        folders += [run_dir(r) for r in AutolabelRun.objects.filter(project=project)]
+        folders += [autolabel_run_dir(r) for r in AutolabelRun.objects.filter(project=project)]
         folders += [Path(settings.UPLOAD_DIR) / f"p{project.pk}", Path(settings.ADAPTER_DIR) / f"project_{project.pk}"]
         # Labels are PROTECTed against the rows that use them: those go first, the project last.
         AutolabelRun.objects.filter(project=project).delete()

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import Round
+from annotate.models import AutolabelRun, Round
 from scoring.files import atomic_write_json
 
 S = Round.Status
@@ -76,6 +76,11 @@ def run_key(row: Round) -> str:
 def round_score_dir(row: Round) -> Path:
     """The round's candidates and score shards."""
     return Path(settings.SCORE_DIR) / f"round_{row.id}-{run_key(row)}"
+
+
+def autolabel_run_dir(run: AutolabelRun) -> Path:
+    """An auto-labelling run's item list, shard index and decisions (annotate/services/autolabel.py)."""
+    return Path(settings.SCORE_DIR) / f"autolabel_{run.id}-{int(run.created_at.timestamp() * 1e6):x}"
 
 
 def round_dir(row: Round) -> Path:

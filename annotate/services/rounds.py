@@ -20,7 +20,7 @@ units in its process.
 The step services — planning.round_plan, scoring.score_shard_run, selection.round_select,
 training.training_plan_run / train_adapter_run, evaluation.round_evaluate_run — do one step and return;
 they import neither tasks nor each other nor this module. Each unit of work is claimed by one live
-process (annotate/services/claims.py), so a duplicated message, a second worker or a restart never does
+process (annotate/services/jobs.py), so a duplicated message, a second worker or a restart never does
 it twice; a round whose ``drive`` claim a live synchronous process holds gets nothing from the workers.
 
 Requests: the ML page (``round_request_start`` / ``round_request_retrain``), ``manage.py round``, the
@@ -31,9 +31,11 @@ write a row or one guarded move and call ``round_advance``; the heavy work runs 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -44,13 +46,14 @@ from annotate.loopconfig import config_fingerprint, freeze_config
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.selectors import rounds as rounds_sel
-from annotate.services import claims, evaluation, notify, planning, scoring, selection, training
+from annotate.services import evaluation, jobs, notify, people_queue, planning, scoring, selection, training
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
 from annotate.services.workers import on_this_host, worker_alive, worker_id
 from scoring.strategies import STRATEGIES
 
 ACTIVE_STATUSES = Round.ACTIVE_STATUSES
+log = logging.getLogger(__name__)
 K = WorkClaim.Kind
 
 __all__ = [
@@ -104,6 +107,7 @@ def round_request_final(*, project: Project, user: Any, run_here: bool = False) 
 
 
 FINAL_STRATEGY = "final-model"  # Round.strategy of a requested final-model round (it selects nothing)
+PEOPLE_STRATEGY = "autolabel"  # Round.strategy of a round opened for items people label outside selection
 
 
 def _request_round(*, project: Project, user: Any, strategy: str, run_here: bool, final: bool = False) -> Round:
@@ -115,21 +119,9 @@ def _request_round(*, project: Project, user: Any, strategy: str, run_here: bool
             ended = rounds_sel.pool_end_round(project=project)
             if ended is not None:
                 raise RoundError(rounds_sel.pool_end_sentence(ended))
-            number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
-            frozen = _frozen_config(project, number)
-            new = Round.objects.create(
-                config=frozen,
-                config_fingerprint=config_fingerprint(frozen),
-                project=project,
-                number=number,
-                status=S.PENDING,
-                requested_by=user,
-                seed=project.seed + number,
-                strategy=strategy,
-                final_requested=final,
-            )
+            new = _create_round(project, strategy=strategy, requested_by=user, final_requested=final)
             if run_here:
-                _take_drive(claims.work_rows(new.id, K.DRIVE), holder=None)
+                _take_drive(jobs.work_rows(new.id, K.DRIVE), holder=None)
             else:
                 round_advance(new.id)
             return new
@@ -138,6 +130,48 @@ def _request_round(*, project: Project, user: Any, strategy: str, run_here: bool
 
 
 round_start = round_request_start
+
+
+def round_open_for_people(*, project: Project) -> Round | None:
+    """The round in labelling that items for people join (annotate/services/people_queue.py): the
+    project's active round when it is labelling; with no active round, a new one opened for them —
+    created pending with the frozen configuration any round has, moved pending → selecting →
+    labelling through the round transitions, and the items waiting for people absorbed into its
+    batch; None while the active round is busy (the items wait for it). From labelling on it is a
+    round like any other: people label it, it is retrained (by a request or ``auto_retrain_share``)
+    and evaluated. Raises RoundError when the deployment's loop options are invalid."""
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                active = Round.objects.filter(project=project, status__in=ACTIVE_STATUSES).order_by("-number").first()
+                if active is not None:
+                    return active if active.status == S.LABELING else None
+                new = _create_round(project, strategy=PEOPLE_STRATEGY)
+                round_transition(new.id, S.PENDING, S.SELECTING)
+                round_transition(new.id, S.SELECTING, S.LABELING)
+                new.refresh_from_db()
+                people_queue.absorb(round=new)
+                return new
+        except IntegrityError:  # a round request took this number at the same moment: look again
+            continue
+    raise RoundError("rounds were requested too fast to open one for the items people must label")
+
+
+def _create_round(project: Project, *, strategy: str, **fields: Any) -> Round:
+    """The project's next round, pending, with its configuration frozen (inside the caller's
+    transaction; a round requested at the same moment raises IntegrityError on the number)."""
+    number = (Round.objects.filter(project=project).aggregate(n=Max("number"))["n"] or 0) + 1
+    frozen = _frozen_config(project, number)
+    return Round.objects.create(
+        config=frozen,
+        config_fingerprint=config_fingerprint(frozen),
+        project=project,
+        number=number,
+        status=S.PENDING,
+        seed=project.seed + number,
+        strategy=strategy,
+        **fields,
+    )
 
 
 def _frozen_config(project: Project, number: int) -> dict[str, Any]:
@@ -238,25 +272,25 @@ def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
     """Every unit of the round's current status with the claim row that tracks it."""
     rid = row.id
     if row.status == S.PENDING:
-        return [(Work("annotate.round_begin", (rid,)), claims.work_rows(rid, K.PLAN))]
+        return [(Work("annotate.round_begin", (rid,)), jobs.work_rows(rid, K.PLAN))]
     if row.status == S.SCORING:
         return [
             (Work("annotate.gpu.score_shard", (rid, shard)), scoring.shard_rows(rid, shard))
             for shard in ScoreShard.objects.filter(round=row).order_by("shard").values_list("shard", flat=True)
         ]
     if row.status == S.SELECTING:
-        return [(Work("annotate.round_select", (rid,)), claims.work_rows(rid, K.SELECT))]
+        return [(Work("annotate.round_select", (rid,)), jobs.work_rows(rid, K.SELECT))]
     if row.status == S.TRAINING and not training.has_plan(row):
-        return [(Work("annotate.round_plan_training", (rid,)), claims.work_rows(rid, K.TRAIN_PLAN))]
+        return [(Work("annotate.round_plan_training", (rid,)), jobs.work_rows(rid, K.TRAIN_PLAN))]
     if row.status == S.TRAINING:
         return [
-            (Work("annotate.gpu.train_adapter", (rid, arm, k)), claims.work_rows(rid, K.TRAIN, f"{arm}:{k}"))
+            (Work("annotate.gpu.train_adapter", (rid, arm, k)), jobs.work_rows(rid, K.TRAIN, f"{arm}:{k}"))
             for arm, k in training.adapters_to_train(round=row)
         ]
     if row.status == S.EVALUATING:
-        return [(Work("annotate.gpu.round_evaluate", (rid,)), claims.work_rows(rid, K.EVALUATE))]
+        return [(Work("annotate.gpu.round_evaluate", (rid,)), jobs.work_rows(rid, K.EVALUATE))]
     if row.status in (S.DONE, S.FAILED):
-        return [(Work("annotate.round_finished", (rid,)), claims.work_rows(rid, K.FINISH))]
+        return [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
     return []  # labeling waits for people
 
 
@@ -273,30 +307,34 @@ def _settle(row: Round) -> None:
 def missing_work(row: Round, *, check_running: bool = True) -> list[tuple[Work, QuerySet[Any]]]:
     """The units of the round's status that no live process holds and that are not done
     (``check_running=False``: every running unit counts as held, no liveness check)."""
-    return [
-        (work, rows) for work, rows in _units(row) if claims.needs_worker(rows, check_running=check_running).exists()
-    ]
+    return [(work, rows) for work, rows in _units(row) if jobs.needs_worker(rows, check_running=check_running).exists()]
 
 
-def round_advance(round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False) -> list[Work]:
+def round_advance(
+    round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False, broker_started: datetime | None = None
+) -> list[Work]:
     """Dispatch what the round is missing now, and return it.
 
     Without ``dispatch`` the units go to the workers: each is reserved first (marked queued by one
-    conditional UPDATE), so callers racing after their steps never send one twice; ``resend`` also
-    sends units already queued, whose message a dead worker or a flushed broker may have lost (the
-    worker-start resume). A task's follow-up (no ``resend``) takes a running unit as held without
-    asking whether its worker lives (that can cost a Celery ping per unit): a dead worker's units are
-    found by the next worker start. A round driven by a live synchronous process gets nothing. With a
-    ``dispatch`` (the synchronous driver) every missing unit is handed to it and nothing is reserved."""
+    conditional UPDATE), so callers racing after their steps never send one twice; ``resend`` (the
+    worker-start resume) also sends units already queued whose message a dead worker or a restarted
+    broker may have lost: once per ``jobs.RESEND_AFTER_S`` however many workers start at once, and at
+    once when the message is older than ``broker_started``. A task's follow-up (no ``resend``) takes a
+    running unit as held without asking whether its worker lives (that can cost a Celery ping per
+    unit): a dead worker's units are found by the next worker start. A round driven by a live
+    synchronous process gets nothing. With a ``dispatch`` (the synchronous driver) every missing unit
+    is handed to it and nothing is reserved."""
     row = Round.objects.select_related("project").get(id=round_id)
     if dispatch is None and driven(row):
         return []
     _settle(row)
+    if row.status in (S.DONE, S.FAILED):
+        _open_for_waiting(row.project)
     sent = []
     for work, rows in missing_work(row, check_running=resend or dispatch is not None):
         if dispatch is not None:
             dispatch(work)
-        elif claims.reserve(rows) or resend:
+        elif jobs.reserve(rows) or (resend and jobs.resend_due(rows, broker_started=broker_started)):
             enqueue(work)
         else:
             continue
@@ -304,23 +342,33 @@ def round_advance(round_id: int, *, dispatch: Dispatch | None = None, resend: bo
     return sent
 
 
-def round_resume(*, round_id: int) -> list[Work]:
+def _open_for_waiting(project: Project) -> None:
+    """Once a round has ended, items that waited for people while it was busy get a round (it was a
+    final-model round, or they arrived after its batch was chosen). Never fails the caller."""
+    if not people_queue.waiting(project_id=project.id):
+        return
+    try:
+        round_open_for_people(project=project)
+    except RoundError:
+        log.exception("project %s: no round could be opened for the items waiting for people", project.id)
+
+
+def round_resume(*, round_id: int, broker_started: datetime | None = None) -> list[Work]:
     """Send again what an active round still needs (after a worker died). Safe any time: every unit is
     claimed before it runs. Returns what it sent, for logs and tests."""
-    return round_advance(round_id, resend=True)
+    return round_advance(round_id, resend=True, broker_started=broker_started)
 
 
-def rounds_resume_all() -> int:
-    """Resume every active round, and every finished one whose finish (snapshot, notifications) is not done."""
+def rounds_resume_all(*, broker_started: datetime | None = None) -> int:
+    """Resume every active round, and every finished one whose finish (snapshot, notifications) is not
+    done (the job engine's worker-start resume, annotate/services/jobs.py). Returns the units sent."""
     unfinished = WorkClaim.objects.filter(kind=K.FINISH).exclude(status=WorkClaim.Status.DONE)
     ids = list(
         Round.objects.filter(Q(status__in=ACTIVE_STATUSES) | Q(id__in=unfinished.values("round_id"))).values_list(
             "id", flat=True
         )
     )
-    for round_id in ids:
-        round_resume(round_id=round_id)
-    return len(ids)
+    return sum(len(round_resume(round_id=round_id, broker_started=broker_started)) for round_id in ids)
 
 
 # -- the synchronous driver -------------------------------------------------------------------------
@@ -361,7 +409,7 @@ def _take_drive(rows: QuerySet[WorkClaim], *, holder: tuple[str, Any] | None) ->
 def driving(round_id: int) -> Iterator[None]:
     """Hold the round's drive claim in this process for the duration (its heartbeat refreshed by a
     thread): workers leave the round alone, here or on another host."""
-    rows = claims.work_rows(round_id, K.DRIVE)
+    rows = jobs.work_rows(round_id, K.DRIVE)
     holder = _driver(rows)
     if holder is not None and holder[0] != worker_id() and _driver_alive(*holder):
         raise RoundError(f"round id {round_id} is being run by another live process ({holder[0]})")
@@ -375,7 +423,7 @@ def driving(round_id: int) -> Iterator[None]:
     finally:
         stop.set()
         beat.join()
-        claims.release(rows, me=worker_id())
+        jobs.release(rows, me=worker_id())
 
 
 def _heartbeat(rows: QuerySet[WorkClaim], me: str, stop: threading.Event) -> None:

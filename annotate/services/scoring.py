@@ -1,6 +1,6 @@
 """The scoring step of a round: score one shard of its candidates, claimed by one live worker.
 
-A shard (ScoreShard, planned by annotate/services/planning.py) is claimed (annotate/services/claims.py:
+A shard (ScoreShard, planned by annotate/services/planning.py) is claimed (annotate/services/jobs.py:
 pending/queued/failed → running, or running whose worker is dead → running by me), scored chunk by
 chunk through the score cache (a killed worker loses one chunk), written to
 ``SCORE_DIR/round_<id>-<key>/shard_<i>.npz`` via a temp file and a rename, then marked done. A done
@@ -24,14 +24,14 @@ from annotate import steppoints
 from annotate.loopconfig import worker_config
 from annotate.models import Item, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims
+from annotate.services import jobs
 from annotate.services.round_state import S, add_cost, round_score_dir, round_transition
 from annotate.services.workers import worker_id
 from scoring import pipeline
 from scoring.device import device_kind
 from training import ensemble
 
-MAX_SHARD_ATTEMPTS = claims.MAX_ATTEMPTS
+MAX_SHARD_ATTEMPTS = jobs.MAX_ATTEMPTS
 
 
 def engine_warm(*, kind: str) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def shard_rows(round_id: int, shard: int) -> Any:
 
 def shards_to_run(*, round: Round) -> list[int]:
     """Shards that need a worker: pending, queued, failed (attempts left), or running on a dead worker."""
-    rows = claims.needs_worker(ScoreShard.objects.filter(round=round))
+    rows = jobs.needs_worker(ScoreShard.objects.filter(round=round))
     return list(rows.order_by("shard").values_list("shard", flat=True))
 
 
@@ -70,7 +70,7 @@ def score_shard_run(*, round_id: int, shard: int) -> ScoreShard:
     """Score one shard (task body of ``annotate.gpu.score_shard``). Idempotent: a done shard or one a
     live worker holds is left alone."""
     rows = shard_rows(round_id, shard)
-    claims.run_claimed(
+    jobs.run_claimed(
         rows, round_id=round_id, what=f"shard {shard}", step=lambda: _score(rows.select_related("round__project")[0])
     )
     return ScoreShard.objects.get(round_id=round_id, shard=shard)
@@ -109,7 +109,7 @@ def _score(shard: ScoreShard) -> None:
     )
     path = round_score_dir(row) / f"shard_{shard.shard:04d}.npz"
     pipeline.save_shard(path, ids, scored)
-    claims.finish(
+    jobs.finish(
         ScoreShard.objects.filter(id=shard.id),
         me=worker_id(),
         path=str(path),

@@ -22,7 +22,7 @@ from annotate import steppoints
 from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims
+from annotate.services import jobs, people_queue
 from annotate.services.predictor import round_predictor
 from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
@@ -36,14 +36,12 @@ PREDICTION_CHUNK = 2000
 def round_select(*, round_id: int) -> Round:
     """selecting → labeling: the batch the round's strategy picks, written once. Held as the round's
     ``select`` unit; a replay after the rows committed only finishes the move."""
-    return claims.run_round_step(
-        round_id, status=S.SELECTING, kind=WorkClaim.Kind.SELECT, what="selection", step=_select
-    )
+    return jobs.run_round_step(round_id, status=S.SELECTING, kind=WorkClaim.Kind.SELECT, what="selection", step=_select)
 
 
 def _select(row: Round) -> None:
     if BatchItem.objects.filter(round=row).exists():  # a replay after the rows committed
-        round_transition(row.id, S.SELECTING, S.LABELING)
+        _to_labeling(row)
         return
     if row.final_requested:  # a final-model round labels nothing: straight to training, from scratch
         round_transition(row.id, S.SELECTING, S.TRAINING, train_steps_total=0, train_steps_done=0)
@@ -289,7 +287,15 @@ def selection_record(*, round: Round, batch: ChosenBatch) -> None:
             ignore_conflicts=True,
         )
         batch_overlap_apply(round=round)  # the overlap share of the batch needs k distinct annotators
-        round_transition(round.id, S.SELECTING, S.LABELING)
+        _to_labeling(round)
+
+
+def _to_labeling(row: Round) -> None:
+    """selecting → labelling, with the items that waited for people (auto-labelling's cascade, audit,
+    gold: annotate/services/people_queue.py) joining the batch in the same transaction."""
+    with transaction.atomic():
+        people_queue.absorb(round=row)
+        round_transition(row.id, S.SELECTING, S.LABELING)
 
 
 def _scored_record(row: Round, scored: Scored) -> int:

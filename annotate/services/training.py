@@ -28,7 +28,7 @@ from annotate import steppoints
 from annotate.loopconfig import round_config, worker_config
 from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
-from annotate.services import claims
+from annotate.services import jobs
 from annotate.services.round_state import (
     Plan,
     S,
@@ -71,7 +71,7 @@ def has_plan(row: Round) -> bool:
 
 def training_plan_run(*, round_id: int) -> Round:
     """Freeze the training round's plan (once) with the total of its optimiser steps."""
-    return claims.run_round_step(
+    return jobs.run_round_step(
         round_id, status=S.TRAINING, kind=WorkClaim.Kind.TRAIN_PLAN, what="the training plan", step=_write_plan
     )
 
@@ -120,7 +120,7 @@ def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
     for key in read_plan(round):
         if key in done:
             continue
-        if claims.needs_worker(claims.work_rows(round.id, WorkClaim.Kind.TRAIN, key)).exists():
+        if jobs.needs_worker(jobs.work_rows(round.id, WorkClaim.Kind.TRAIN, key)).exists():
             arm, k = key.split(":")
             out.append((arm, int(k)))
     return out
@@ -153,12 +153,12 @@ def train_adapter_run(*, round_id: int, arm: str, k: int) -> AdapterVersion | No
     row = Round.objects.select_related("project").get(id=round_id)
     if row.status != S.TRAINING:
         return None
-    rows = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
+    rows = jobs.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
     existing = AdapterVersion.objects.filter(round=row, arm=arm, k=k).first()
     if existing is not None:
-        claims.close(rows)  # its trainer may have died (or failed to write) after saving it
+        jobs.close(rows)  # its trainer may have died (or failed to write) after saving it
         return existing
-    return claims.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
+    return jobs.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
 
 
 def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:

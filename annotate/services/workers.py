@@ -1,6 +1,6 @@
 """Who is doing a unit of round work, and whether that process still runs.
 
-A claim (annotate/services/claims.py) records ``worker_id()`` of the process holding it; any other
+A claim (annotate/services/jobs.py) records ``worker_id()`` of the process holding it; any other
 process asks ``worker_alive`` before taking it over. Same host: the pid is checked (a zombie counts
 as dead); another host: its Celery node must answer a ping within 2 s.
 """

@@ -14,7 +14,14 @@ from annotate.models import AutoLabel, AutolabelRun, AutolabelShard, Calibration
 from annotate.selectors import autolabel as auto_sel
 from annotate.services import autolabel as auto
 from devtools.stall import stall_env
-from tests.integration.round_helpers import live_loop, trec_project, wait_for, wait_workers
+from tests.integration.round_helpers import (
+    TEST_OPTIONS,
+    live_loop,
+    trec_project,
+    use_loop_options,
+    wait_for,
+    wait_workers,
+)
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
 
@@ -93,6 +100,7 @@ def test_a_calibration_killed_mid_fit_resumes_on_the_next_worker(
     """The worker stalls after scoring the calibration's items, before writing anything; SIGKILLed
     there, the calibration stays running on a dead worker until the next worker's start takes it over
     (the claim) and fits it from the start."""
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)  # this process fits the same way as the workers
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
     for name, value in stall_env("calibrate", stall_dir).items():
@@ -119,3 +127,7 @@ def test_a_calibration_killed_mid_fit_resumes_on_the_next_worker(
         done = Calibration.objects.get(id=calibration.id)
         assert done.attempts == 2 and done.worker != held.worker
         assert done.n_items == 16 and len(done.thresholds["model"]) == 6 and not done.error
+        # The same result as a fit that was never killed: the same inputs fitted again in this process.
+        clean = auto._fit(done)
+        for field in ("calibrator", "thresholds", "model_version", "n_items", "n_calibration"):
+            assert getattr(done, field) == clean[field], field

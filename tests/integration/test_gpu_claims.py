@@ -147,7 +147,7 @@ def test_a_worker_started_during_run_sync_leaves_the_round_alone(
             assert driver.poll() is None, (tmp_path / "run-sync.log").read_text()
             workers.start("w")  # its startup resumes every active round — but not this one
             wait_for(
-                lambda: "annotate.rounds_resume" in workers.logs() and "succeeded" in workers.logs(),
+                lambda: "annotate.jobs_resume" in workers.logs() and "succeeded" in workers.logs(),
                 60,
                 "the worker's resume",
             )

@@ -1,7 +1,7 @@
 """Crash at every step (issue 15 point 8): a real Celery worker SIGKILLed in the middle of a cold
 selection, an evaluation, a scoring shard (after its first chunk was scored and cached, before the
 shard finished) and a scored selection — and, separately, in the middle of an import's insert. Each
-time a fresh worker resumes the work on its own (worker start → rounds_resume / imports_resume), and
+time a fresh worker resumes the work on its own (worker start → jobs_resume), and
 the end state equals an uninterrupted twin run of the same data and seed in a separate database and
 cache: batch rows, predictions, score shards, adapter hashes, metrics, item states; for the import,
 every item and the job's counts.

@@ -77,7 +77,7 @@ def test_a_worker_killed_mid_scan_is_taken_over_at_the_next_start(
         assert (held.status, held.attempts, held.step) == ("running", 1, LabelErrorScan.Step.JUDGING)
         workers.kill("first")
         assert LabelErrorScan.objects.get(id=scan.id).status == "running"  # on a dead process now
-        workers.start("second", queues="default")  # its start sends the scan again (label_error_scans_resume)
+        workers.start("second", queues="default")  # its start sends the scan again (jobs_resume)
         try:
             wait_for(lambda: scan_over(scan.id), 180, "the resumed scan", poll=0.3)
         except AssertionError:

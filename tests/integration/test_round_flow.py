@@ -9,14 +9,16 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from annotate.models import AdapterVersion, Project, Round, WorkClaim
-from annotate.services import claims, rounds, training
+from annotate.services import jobs, rounds, training
 from annotate.services.round_state import write_plan
 from annotate.services.rounds import Work, round_advance, round_resume
 
@@ -42,7 +44,7 @@ def other_live_process() -> Iterator[str]:
 
 
 def _plan_rows(row: Round) -> QuerySet[WorkClaim]:
-    return claims.work_rows(row.id, WorkClaim.Kind.PLAN)
+    return jobs.work_rows(row.id, WorkClaim.Kind.PLAN)
 
 
 def test_each_missing_unit_is_sent_once_and_again_only_on_resume(pending: Round) -> None:
@@ -50,16 +52,25 @@ def test_each_missing_unit_is_sent_once_and_again_only_on_resume(pending: Round)
     assert round_advance(pending.id) == [plan]
     assert WorkClaim.objects.get(round=pending, kind="plan").status == "queued"
     assert round_advance(pending.id) == []  # a second caller (another task's follow-up) sends nothing
-    assert round_resume(round_id=pending.id) == [plan]  # a worker start sends it again: its message may be lost
+    # A worker start sends a queued unit again only when its message may be lost: not while it is young
+    # and the broker has run since it was sent ...
+    assert round_resume(round_id=pending.id) == []
+    # ... at once when the broker started after it was sent (a restarted broker lost it) ...
+    assert round_resume(round_id=pending.id, broker_started=timezone.now()) == [plan]
+    # ... and once it is older than RESEND_AFTER_S; however many workers start at once, one sends it.
+    rows = _plan_rows(pending)
+    rows.update(sent_at=timezone.now() - timedelta(seconds=jobs.RESEND_AFTER_S + 1))
+    assert round_resume(round_id=pending.id) == [plan]
+    assert round_resume(round_id=pending.id) == []
     assert str(plan) == f"annotate.round_begin({pending.id},)"
 
 
 def test_a_round_driven_by_a_live_process_gets_nothing(pending: Round, other_live_process: str) -> None:
-    claims.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(status="running", worker=other_live_process)
+    jobs.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(status="running", worker=other_live_process)
     assert round_resume(round_id=pending.id) == []
     with pytest.raises(rounds.RoundError, match="another live process"), rounds.driving(pending.id):
         pass
-    claims.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(worker=f"{HOST}:{2**22 + 4242}")  # it died
+    jobs.work_rows(pending.id, WorkClaim.Kind.DRIVE).update(worker=f"{HOST}:{2**22 + 4242}")  # it died
     assert round_resume(round_id=pending.id) == [Work("annotate.round_begin", (pending.id,))]
     with rounds.driving(pending.id):  # this process drives it now: the workers get nothing
         assert round_advance(pending.id) == []
@@ -68,25 +79,25 @@ def test_a_round_driven_by_a_live_process_gets_nothing(pending: Round, other_liv
 
 def test_one_live_holder_a_dead_one_is_taken_over(pending: Round, other_live_process: str) -> None:
     rows = _plan_rows(pending)
-    assert claims.claim(rows, me=other_live_process)
-    assert not claims.claim(rows, me=f"{HOST}:{os.getpid()}")  # a live process holds it
-    assert claims.needs_worker(rows).count() == 0 and round_advance(pending.id) == []
+    assert jobs.claim(rows, me=other_live_process)
+    assert not jobs.claim(rows, me=f"{HOST}:{os.getpid()}")  # a live process holds it
+    assert jobs.needs_worker(rows).count() == 0 and round_advance(pending.id) == []
     rows.update(worker=f"{HOST}:{2**22 + 4243}")  # its holder died
-    assert claims.needs_worker(rows).count() == 1
-    assert claims.claim(rows, me=f"{HOST}:{os.getpid()}")
+    assert jobs.needs_worker(rows).count() == 1
+    assert jobs.claim(rows, me=f"{HOST}:{os.getpid()}")
     assert rows.get().attempts == 2
-    assert claims.finish(rows, me=f"{HOST}:{os.getpid()}") and rows.get().status == "done"
-    assert not claims.claim(rows, me=other_live_process)  # done stays done
+    assert jobs.finish(rows, me=f"{HOST}:{os.getpid()}") and rows.get().status == "done"
+    assert not jobs.claim(rows, me=other_live_process)  # done stays done
 
 
 def test_a_unit_whose_holder_keeps_dying_fails_the_round(pending: Round) -> None:
     rows = _plan_rows(pending)
-    rows.update(status="running", worker=f"{HOST}:{2**22 + 4244}", attempts=claims.MAX_ATTEMPTS)
+    rows.update(status="running", worker=f"{HOST}:{2**22 + 4244}", attempts=jobs.MAX_ATTEMPTS)
     ran: list[int] = []
-    assert claims.run_claimed(rows, round_id=pending.id, what="planning", step=lambda: ran.append(1)) is None
+    assert jobs.run_claimed(rows, round_id=pending.id, what="planning", step=lambda: ran.append(1)) is None
     pending.refresh_from_db()
     assert ran == [] and pending.status == "failed"
-    assert pending.failure_reason == f"planning failed {claims.MAX_ATTEMPTS} times: its worker died each time"
+    assert pending.failure_reason == f"planning failed {jobs.MAX_ATTEMPTS} times: its worker died each time"
 
 
 def test_a_failing_step_marks_its_unit_failed_and_raises(pending: Round) -> None:
@@ -96,7 +107,7 @@ def test_a_failing_step_marks_its_unit_failed_and_raises(pending: Round) -> None
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        claims.run_claimed(rows, round_id=pending.id, what="planning", step=boom)
+        jobs.run_claimed(rows, round_id=pending.id, what="planning", step=boom)
     assert rows.get().status == "failed" and rows.get().error == "OSError: disk full"
     assert round_advance(pending.id) == [Work("annotate.round_begin", (pending.id,))]  # tried again
 
@@ -106,7 +117,7 @@ def test_a_driver_on_another_host_is_live_while_its_heartbeat_is_fresh(pending: 
 
     from django.utils import timezone
 
-    rows = claims.work_rows(pending.id, WorkClaim.Kind.DRIVE)
+    rows = jobs.work_rows(pending.id, WorkClaim.Kind.DRIVE)
     rows.update(status="running", worker="web-container:4242", heartbeat_at=timezone.now())
     assert rounds.driven(pending) and round_resume(round_id=pending.id) == []
     rows.update(heartbeat_at=timezone.now() - timedelta(seconds=rounds.DRIVE_STALE_S + 1))  # it went silent
@@ -126,8 +137,8 @@ def test_an_adapter_saved_by_a_worker_that_died_before_closing_its_claim_is_clos
     write_plan(row, {"prod:0": [[1, 0]], "prod:1": [[2, 1]]})
     for k in (0, 1):
         AdapterVersion.objects.create(project=project, round=row, arm="prod", k=k, path="x", content_hash=f"h{k}")
-    claims.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:0").update(status="done", attempts=1)
-    dead = claims.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:1")
+    jobs.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:0").update(status="done", attempts=1)
+    dead = jobs.work_rows(row.id, WorkClaim.Kind.TRAIN, "prod:1")
     dead.update(status="running", worker=f"{HOST}:{2**22 + 4246}", attempts=1)
 
     assert not training.training_done(round=row)

@@ -149,7 +149,7 @@ def test_step_services_import_no_task_no_flow_and_no_other_step() -> None:
             f"annotate.services.{other}" for other in STEP_SERVICES - {step}
         }
         assert not graph[name] & forbidden, f"{name} imports {sorted(graph[name] & forbidden)}"
-    helpers = {"annotate.services.round_state", "annotate.services.claims", "annotate.services.workers"}
+    helpers = {"annotate.services.round_state", "annotate.services.jobs", "annotate.services.workers"}
     for helper in helpers:
         services = {m for m in graph[helper] if m.startswith("annotate.services.")}
         assert services <= helpers, f"{helper} imports {sorted(services - helpers)}"

@@ -60,7 +60,7 @@ def test_celery_queues_and_gpu_routing() -> None:
     assert app.amqp.router.route({}, "annotate.gpu.score_shard")["queue"].name == "gpu"
     assert app.amqp.router.route({}, "annotate.round_begin")["queue"].name == "default"
     assert app.amqp.router.route({}, "annotate.label_error_scan")["queue"].name == "default"  # embeds on the CPU
-    for name in ("annotate.import_run", "annotate.imports_resume"):  # never behind a round (issue 32, 4)
+    for name in ("annotate.import_run",):  # never behind a round (issue 32, 4)
         assert app.amqp.router.route({}, name)["queue"].name == "io"
 
 
