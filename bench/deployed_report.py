@@ -3,7 +3,7 @@ brings back): per round, the wall time split into the machine's steps and the wa
 % while the machine worked, peak GPU memory per process, the vLLM engine starts, and the learning curve
 against the in-process simulation's records.
 
-    python bench/deployed_report.py OUT [--sim 'bench/gpu-results/sim13-*-records.jsonl.gz' ...] [--md FILE]
+    python bench/deployed_report.py OUT [--sim 'bench/raw/2026-12-02/sim13-*-records.jsonl.gz' ...] [--md FILE]
 
 Plain Python (numpy; no Django). GPU samples are nvidia-smi's (timestamps read as UTC, the GPU
 machine's clock); a round's machine windows are request → labelling and labelled → done."""

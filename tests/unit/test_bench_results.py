@@ -26,8 +26,8 @@ def heading_anchor(heading: str) -> str:
 
 
 def test_paths_named_reads_commands_and_skips_patterns() -> None:
-    text = "Run `python bench/x.py --out bench/y/` then `G=bench/gpu-results; ls $G/a-{b,c}.gz bench/z-*.json`."
-    assert paths_named(text) == {"bench/x.py", "bench/y/", "bench/gpu-results"}
+    text = "Run `python bench/x.py --out bench/y/` then `G=bench/raw; ls $G/a-{b,c}.gz bench/z-*.json`."
+    assert paths_named(text) == {"bench/x.py", "bench/y/", "bench/raw"}
     assert heading_anchor("Engines: parity, start-up, throughput") == "engines-parity-start-up-throughput"
 
 
