@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
-import gzip
 import json
 import re
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rawfiles import open_raw  # noqa: E402 - bench/ is on the path of a bench script and its tests
 
 from annotate.simulation.report import area  # noqa: E402 - plain Python, no Django
 
@@ -158,8 +159,7 @@ def sim_curves(patterns: Sequence[str], data: str, strategy: str) -> dict[str, t
     points: dict[str, list[tuple[float, float]]] = {}
     for pattern in patterns:
         for name in sorted(glob.glob(pattern)):
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(name, "rt") as f:
+            with open_raw(name) as f:
                 for line in f:
                     r = json.loads(line)
                     if r.get("data") == data and r.get("strategy") == strategy and r.get("accuracy") is not None:
