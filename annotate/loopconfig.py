@@ -80,7 +80,7 @@ NEW_PROJECT_DEFAULTS: dict[str, dict[str, Any]] = {
 # min_steps 48: every round takes the 48 steps a round at 500+ labels takes anyway; by epochs alone
 # a 100-label round got 12, and one adapter on 100 SNIPS labels reached 28–33 % after 12 steps,
 # 63–65 % after 36, 86–87 % after 72 (two seeds, bench/steps_probe.py,
-# bench/cpu-results/steps-probe-snips-100.json). With it and the trainer's packed steps
+# bench/raw/2026-12-01/steps-probe-snips-100.json). With it and the trainer's packed steps
 # (TrainConfig.packed, on by default) the session-6 run (bench/RESULTS.md) reached 1,000 labels on
 # all six sets and the round above took 13.3 s and 2.1 GiB. wide_top_layers 16: a project with more
 # than 50 labels (training.lora.WIDE_LABELS) adapts 16 layers, measured on CLINC150's 151 in session 8

@@ -1,6 +1,6 @@
 """Replay rules for the blend's weight (training/blend.py) on recorded simulation runs, without the models.
 
-    .venv/bin/python bench/blend_rules.py bench/gpu-results/<run>-records.jsonl.gz --out <report>.md
+    .venv/bin/python bench/blend_rules.py bench/raw/<date>/<run>-records.jsonl.gz --out <report>.md
 
 Every round record of a run with the blend on carries ``blend.evidence``: for each grid weight, the
 counts (training.blend.weight_counts) on the round's held-out batch, on its random slice alone and on

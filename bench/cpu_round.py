@@ -1,7 +1,7 @@
 """A default CPU project's round at 200 labels, timed step by step (issue 32, problem 5: ≤ 90 s on
 the 2-core machine).
 
-    python bench/cpu_round.py [--data ../shared/data] [--labels 200] [--pool 5452] [--out bench/cpu-results] \
+    python bench/cpu_round.py [--data ../shared/data] [--labels 200] [--pool 5452] [--out bench/raw/<today>] \
         [--loop-options '{"arms_every": 2}' --tag arms]
 
 The project is what the setup page creates on a CPU deployment: the model's defaults with the CPU
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="holds trec/train.csv")
     parser.add_argument("--labels", type=int, default=200, help="labels the timed round trains on")
     parser.add_argument("--pool", type=int, default=5452, help="TREC train rows imported (5452: all)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "cpu-results"))
+    parser.add_argument("--out", default="", help="folder of the raw JSON (default bench/raw/<today>/)")
     parser.add_argument(
         "--loop-options", default="{}", help="over the CPU profile, e.g. '{\"arms_every\": 2}' to time an arms round"
     )
@@ -99,6 +99,8 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from rawfiles import raw_dir
+
     from annotate.loopconfig import loop_options, new_project_defaults
     from annotate.models import Item, Project, Round
     from annotate.services import rounds
@@ -162,7 +164,7 @@ def main() -> None:
         "frozen_config": Round.objects.get(id=second.id).config,
         "cost": second.cost,
     }
-    out = Path(args.out)
+    out = Path(args.out) if args.out else raw_dir()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"cpu-round-{result['commit']}{'-' + args.tag if args.tag else ''}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")

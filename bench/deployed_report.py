@@ -3,7 +3,7 @@ brings back): per round, the wall time split into the machine's steps and the wa
 % while the machine worked, peak GPU memory per process, the vLLM engine starts, and the learning curve
 against the in-process simulation's records.
 
-    python bench/deployed_report.py OUT [--sim 'bench/gpu-results/sim13-*-records.jsonl.gz' ...] [--md FILE]
+    python bench/deployed_report.py OUT [--sim 'bench/raw/2026-12-02/sim13-*-records.jsonl.gz' ...] [--md FILE]
 
 Plain Python (numpy; no Django). GPU samples are nvidia-smi's (timestamps read as UTC, the GPU
 machine's clock); a round's machine windows are request → labelling and labelled → done."""
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
-import gzip
 import json
 import re
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rawfiles import open_raw  # noqa: E402 - bench/ is on the path of a bench script and its tests
 
 from annotate.simulation.report import area  # noqa: E402 - plain Python, no Django
 
@@ -158,8 +159,7 @@ def sim_curves(patterns: Sequence[str], data: str, strategy: str) -> dict[str, t
     points: dict[str, list[tuple[float, float]]] = {}
     for pattern in patterns:
         for name in sorted(glob.glob(pattern)):
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(name, "rt") as f:
+            with open_raw(name) as f:
                 for line in f:
                     r = json.loads(line)
                     if r.get("data") == data and r.get("strategy") == strategy and r.get("accuracy") is not None:

@@ -2,13 +2,13 @@
 # Issues 15 and 34: the whole CI (`.ci/run`, i.e. `make test`) twice at once on one machine — two fresh
 # clones of this checkout, one Redis, one PostgreSQL, the default settings in both (the same PG_URL:
 # each run names its own test database) — and both must pass. Logs (with the commit first) in OUT
-# (default bench/ci-results/double-<commit>/).
+# (default bench/raw/<today>/double-<commit>/).
 #
 #   bash bench/double_ci.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 COMMIT=$(git rev-parse --short HEAD)
-OUT=${OUT:-bench/ci-results/double-$COMMIT}
+OUT=${OUT:-bench/raw/$(date +%F)/double-$COMMIT}
 WORK=${WORK:-/tmp/alann-double-ci}
 SHARED=$(cd ../shared && pwd)
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: each run writes its log from inside its clone

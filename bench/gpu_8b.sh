@@ -58,7 +58,7 @@ PY=${PY:-python3}
 BUDGET=${BUDGET:-540}                # seconds for score: a call may run 600, stage's unpacking comes first
 PREP_WAIT=${PREP_WAIT:-300}          # seconds score waits for a prep still running
 TAG=${TAG:-cold}
-OUT=${OUT:-/tmp/l8-out}
+OUT=${OUT:-bench/raw/$(date +%F)/llm8b}  # the device tool sets $OUT; elsewhere: today's raw folder
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 DEADLINE=$(( $(date +%s) + BUDGET ))
 [ "$MODE" = prep ] && OUT=$R/prep-out  # detached: the stage call's $OUT is gone when it runs on

@@ -21,7 +21,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 [ -d /root/vsite ] && export PYTHONPATH=$PYTHONPATH:/root/vsite
 export DEBUG=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+OUT=${OUT:-bench/raw/$(date +%F)/autolabel}; mkdir -p "$OUT"  # the device tool sets $OUT; elsewhere: today's raw folder
 MODEL=${MODEL:-/root/models/smollm2-135m-instruct}
 DATA=${DATA:-/root/b/data}
 ENGINE=${ENGINE:-vllm}

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=/root/vsite${PYTHONPATH:+:$PYTHONPATH}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_WORKER_MULTIPROC_METHOD=spawn TOKENIZERS_PARALLELISM=false
-OUT=${OUT:-/tmp/gpu-out}
+OUT=${OUT:-bench/raw/$(date +%F)/gpu-benches}; mkdir -p "$OUT"  # the device tool sets $OUT; elsewhere: today's raw folder
 [ "${INSTALL:-1}" = 1 ] && { ( cd /root/stage && bash install.sh ) 2>&1 | tail -3; }
 W=/root/work; mkdir -p $W
 timeout "${SCORE_BUDGET:-450}" python bench/score_bench.py --engine both --model /root/models/SmolLM2-135M-Instruct.Q4_1.gguf \

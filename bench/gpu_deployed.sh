@@ -283,7 +283,7 @@ wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new r
     sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null
   done
   [ -f "$RUN/finished" ] && say "run finished" || say "run still going"
-  OUT=${OUT:-/tmp/gd-out}; mkdir -p "$OUT"
+  OUT=${OUT:-bench/raw/$(date +%F)/deployed}; mkdir -p "$OUT"  # the device tool sets $OUT; elsewhere: today's raw folder
   tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work --exclude=var out run.log redis.log pg-init.log sim parity 2>/dev/null
   cp /tmp/gd-pg/log "$OUT/postgres.log" 2>/dev/null
   cp "$RUN/run.log" "$OUT/run.log" 2>/dev/null; cp "$R/progress.log" "$OUT/" 2>/dev/null

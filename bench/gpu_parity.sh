@@ -34,7 +34,7 @@ SHARD=${SHARD:-2000}              # scoring.pipeline.SHARD_ITEMS: the first shar
 VARIANTS=${VARIANTS:-hf-fp32,hf-bf16-full,hf-bf16-unpacked,hf-fp32-full}
 BUDGET=${BUDGET:-540}             # seconds for this call's steps: a call may run 600
 DEADLINE=$(( $(date +%s) + BUDGET ))
-OUT=${OUT:-/tmp/parity-out}
+OUT=${OUT:-bench/raw/$(date +%F)/parity}  # the device tool sets $OUT; elsewhere: today's raw folder
 export PARITY_COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 mkdir -p "$OUT"

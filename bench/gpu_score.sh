@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRAC
 export VLLM_USE_FLASHINFER_SAMPLER=0        # flashinfer is not in the bundle; without this the engine fails to start
 export VLLM_WORKER_MULTIPROC_METHOD=spawn   # fork after torch CPU work hangs engine start; needs a __main__ guard
 
-OUT=${OUT:-/tmp/score-bench}
+OUT=${OUT:-bench/raw/$(date +%F)/score}  # the device tool sets $OUT; elsewhere: today's raw folder
 MODEL=${MODEL:-/root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 N=${N:-20000}
 # Engine knobs to try next if K=4 stays under 3,000 requests/s: with ~110 new tokens per request

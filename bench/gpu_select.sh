@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
-OUT=${OUT:-/tmp/select-bench}
+OUT=${OUT:-bench/raw/$(date +%F)/select}  # the device tool sets $OUT; elsewhere: today's raw folder
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/versions.txt" || true
 

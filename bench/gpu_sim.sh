@@ -30,7 +30,7 @@ export VAR_DIR=${VAR_DIR:-/root/alann-var} ENCODER_DIR=${ENCODER_DIR:-/root/b/mo
 export ALANN_COMMIT=${COMMIT:-unknown}
 MODEL=${MODEL:-/root/models/smollm2-135m-instruct}
 DATA=${DATA:-/root/b/data}
-OUT=${OUT:-/tmp/sim-out}
+OUT=${OUT:-bench/raw/$(date +%F)/sim}  # the device tool sets $OUT; elsewhere: today's raw folder
 SETS=${SETS:-trec sst2 clinc150 emotion snips search_snippets}
 STRATEGIES=${STRATEGIES:-active,random}
 SEEDS=${SEEDS:-3}

@@ -28,7 +28,7 @@ killed holder dies) play a connection pooler's part, and the connection is close
 "scores". Waiting for a slot is reported apart from the DB time.
 
 Prints one table (shards total, done, lost, done twice, kills, takeovers, claim overhead, shards/s) and
-writes the raw numbers with the git commit and the options to bench/cpu-results/job-engine-scale-<commit>.json.
+writes the raw numbers with the git commit and the options to bench/raw/<today>/job-engine-scale-<commit>.json.
 """
 
 from __future__ import annotations
@@ -601,13 +601,15 @@ def main() -> None:
     parser.add_argument("--storage-rows", type=int, default=100000, help="rows of the storage probe (0: skip)")
     parser.add_argument("--feed-shards", type=int, default=200000, help="shards of the feed probe (0: skip)")
     parser.add_argument("--texts", default=str(ROOT.parent / "shared" / "data" / "trec" / "train.csv"))
-    parser.add_argument("--out", default="", help="raw JSON (default bench/cpu-results/job-engine-scale-<commit>.json)")
+    parser.add_argument("--out", default="", help="raw JSON (default bench/raw/<today>/job-engine-scale-<commit>.json)")
     args = parser.parse_args()
     low, high = (int(x) for x in args.sleep_ms.split(","))
     levels = [
         Level(int(n), args.shards, (low, high), args.kill_every, args.db_slots, args.timeout, args.seed)
         for n in args.workers.split(",")
     ]
+    from rawfiles import raw_path
+
     from tests import redis_owner
 
     commit = git_commit()
@@ -640,7 +642,7 @@ def main() -> None:
         owned.client().delete(QUEUE, STATS, STOP)
         owned.release()
     print(table(rows))
-    out = Path(args.out or ROOT / "bench" / "cpu-results" / f"job-engine-scale-{commit}.json")
+    out = Path(args.out) if args.out else raw_path(f"job-engine-scale-{commit}.json")
     out.write_text(
         json.dumps({"commit": commit, "options": vars(args), "levels": rows, "probes": probes}, indent=1) + "\n"
     )

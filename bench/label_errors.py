@@ -6,7 +6,7 @@ app) is scored against the flipped items.
     python bench/label_errors.py [--sets trec,sst2,...] [--labels 1000] [--flip 0.05] [--seeds 0,1,2]
 
 Prints a table per set (suspects, precision, recall, mean over seeds) and writes the raw rows with the
-git commit and the options to bench/cpu-results/label-errors-<commit>.json. CPU only; MiniLM embeddings
+git commit and the options to bench/raw/<today>/label-errors-<commit>.json. CPU only; MiniLM embeddings
 are cached under var/bench-embeddings (the first run embeds, later ones read)."""
 
 from __future__ import annotations
@@ -96,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--ratios", default=f"1,{DEFAULT_MIN_RATIO:g}", help="the rule alone (1) and the app's default")
     p.add_argument("--cache", type=Path, default=ROOT / "var" / "bench-embeddings")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "cpu-results")
+    p.add_argument("--out", type=Path, help="folder of the raw JSON (default bench/raw/<today>/)")
     a = p.parse_args(argv)
+    from rawfiles import raw_dir
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     commit = commit.strip() or "unknown"
     cache = EmbeddingCache(a.cache, encoder_path())
@@ -124,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                 f" {np.mean(prec):.2f} ({min(prec):.2f}–{max(prec):.2f}) |"
                 f" {np.mean(rec):.2f} ({min(rec):.2f}–{max(rec):.2f}) | {right:.2f} |"
             )
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"label-errors-{commit}{'-test' if a.split == 'test' else ''}.json"
+    out = a.out or raw_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"label-errors-{commit}{'-test' if a.split == 'test' else ''}.json"
     options = {k: str(v) for k, v in vars(a).items()}
     path.write_text(json.dumps({"commit": commit, "options": options, "rows": rows}, indent=1) + "\n")
     print(f"\nraw: {path.relative_to(ROOT)}")

@@ -1,7 +1,7 @@
 """What each strategy picked: the batches of simulation records (their ``batch_ids``) against the data.
 
-    .venv/bin/python bench/pick_analysis.py bench/gpu-results/sim6-records-2026-12-01.jsonl \
-        --out bench/gpu-results/picks-sim6-2026-12-01.md
+    .venv/bin/python bench/pick_analysis.py bench/raw/2026-12-01/sim6-records-2026-12-01.jsonl.gz \
+        --out bench/raw/$(date +%F)/picks-sim6-2026-12-01.md
 
 For every (data set, strategy), over the rounds after the cold start and every seed, per picked item
 (and, in a second table, the seed set of round 1: its class mix against the pool's):

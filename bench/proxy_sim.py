@@ -1,7 +1,7 @@
 """Every selection strategy on the cheap learner (annotate/simulation/proxy_loop.py), CPU only.
 
-    .venv/bin/python bench/proxy_sim.py --sets trec,snips --seeds 0,1,2 --out bench/proxy-results/run.jsonl
-    .venv/bin/python bench/sim_report.py bench/proxy-results/run.jsonl   # the tables
+    .venv/bin/python bench/proxy_sim.py --sets trec,snips --seeds 0,1,2   # bench/raw/<today>/proxy-<commit>.jsonl
+    .venv/bin/python bench/sim_report.py bench/raw/<today>/proxy-<commit>.jsonl   # the tables
 
 Embeddings come from the bundled all-MiniLM-L6-v2 through the app's embedding cache (var/embeddings
 by default), so a second run embeds nothing. Each record carries the commit and the options.
@@ -30,7 +30,7 @@ def _commit() -> str:
     if os.environ.get("ALANN_COMMIT"):
         return os.environ["ALANN_COMMIT"]
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    code = ["--", ".", ":!bench/proxy-results", ":!bench/gpu-results"]  # results are not code
+    code = ["--", ".", ":!bench/raw"]  # results are not code
     dirty = subprocess.run(
         ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", *code], capture_output=True, text=True
     )
@@ -45,7 +45,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--labels", type=int, default=1000)
     ap.add_argument("--cache", type=Path, default=ROOT / "var" / "embeddings")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--out", type=Path, help="records JSONL, appended to (default bench/raw/<today>/proxy-<commit>.jsonl)"
+    )
     ap.add_argument("--cold-mode", default="random", choices=COLD_MODES, help="seed set of every strategy but random")
     ap.add_argument(
         "--softrank-beta", type=float, default=DEFAULT_SOFTRANK_BETA, help="the active strategy's soft-rank exponent"
@@ -61,10 +63,14 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown strategies {sorted(unknown)}; expected among {STRATEGIES}")
 
+    from rawfiles import raw_path
+
     from scoring.bundled import encoder_path
     from scoring.cache import text_hash
     from scoring.embeddings import EmbeddingCache
 
+    commit = _commit()
+    out = args.out or raw_path(f"proxy-{commit}.jsonl")
     cache = EmbeddingCache(args.cache, encoder_path(os.environ.get("ENCODER_DIR") or None))
     spec = ProxySpec(
         max_labels=args.labels,
@@ -72,7 +78,7 @@ def main() -> int:
         seed_labels=args.seed_labels,
         cold_mode=args.cold_mode,
         softrank_beta=args.softrank_beta,
-        commit=_commit(),
+        commit=commit,
         options={
             "command": " ".join(sys.argv),
             "cold_mode": args.cold_mode,
@@ -100,7 +106,7 @@ def main() -> int:
                 records = run_job(data, strategy, seed, spec)
                 for r in records:
                     r["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                append_records(args.out, records)
+                append_records(out, records)
                 last = records[-1]
                 print(
                     f"  {strategy:>16} s{seed}: {last['labels']} labels, {100 * last['accuracy']:.1f} %, "

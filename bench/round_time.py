@@ -532,10 +532,15 @@ def main() -> None:
     parser.add_argument("--out", default="var/round-time")
     parser.add_argument("--work", default="")
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # subprocess: one configuration
-    parser.add_argument("--report", default="", help="print the table of an earlier round-time.json and stop")
+    parser.add_argument(
+        "--report", default="", help="print the table of an earlier round-time.json (or its .gz) and stop"
+    )
     args = parser.parse_args()
     if args.report:
-        record = json.loads(Path(args.report).read_text())
+        from rawfiles import open_raw
+
+        with open_raw(args.report) as f:
+            record = json.load(f)
         print(f"commit {record['commit']}, {record['time']}, options: {' '.join(record['argv'])}\n")
         print(table(record["rows"]))
         return

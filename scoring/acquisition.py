@@ -221,7 +221,7 @@ def select_hedged(emb: np.ndarray, labeled_emb: np.ndarray, *, b: int, rng: RngL
     eligible rows it left, flagged random. The typical half covers the pool's dense regions; the
     uniform half keeps a class the embeddings do not gather into a region at its share of the pool —
     on TREC the all-typical seed set held 11 % "description" questions against 21 % in the pool,
-    on SST-2 36 negatives in 100 (bench/gpu-results/picks-sim9-e599098.md). Deterministic for a seed."""
+    on SST-2 36 negatives in 100 (bench/raw/2026-12-02/picks-sim9-e599098.md). Deterministic for a seed."""
     x = _as_matrix(emb, "emb")
     _check_b(b, len(x))
     gen = np.random.default_rng(rng)

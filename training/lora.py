@@ -106,7 +106,7 @@ class TrainConfig:
     # At least this many steps a run (0: the epochs decide; max_steps still caps it). Epochs alone
     # starve small label sets: 3 epochs of 100 labels in batches of 32 are 12 steps, and one adapter
     # on 100 SNIPS labels reached 28–33 % test accuracy after 12 steps, 86–87 % after 72 (two seeds;
-    # bench/steps_probe.py, bench/cpu-results/steps-probe-snips-100.json).
+    # bench/steps_probe.py, bench/raw/2026-12-01/steps-probe-snips-100.json).
     min_steps: int = 0
     # Drives LoRA init (from scratch), the data order of every epoch and dropout; the ensemble
     # members differ only by seed.

@@ -51,10 +51,13 @@ Curve = tuple[np.ndarray, np.ndarray]  # labels (increasing), accuracy in %
 
 def load_records(paths: Iterable[Path]) -> list[dict[str, Any]]:
     """Records of every records.jsonl given (a folder means its records.jsonl; a ``.gz`` file is read
-    through gzip, as committed raw output is kept small). A torn last line (a killed run) is skipped."""
+    through gzip, and a name whose ``.gz`` alone is stored reads that: bench/raw/ keeps large raw files
+    gzipped, as bench/rawfiles.open_raw reads them). A torn last line (a killed run) is skipped."""
     out = []
     for path in paths:
         file = path / "records.jsonl" if path.is_dir() else path
+        if not file.exists() and file.with_name(file.name + ".gz").is_file():
+            file = file.with_name(file.name + ".gz")
         if not file.is_file():
             print(f"no records at {file}")
             continue

@@ -3,13 +3,15 @@
 # installs with EXTRAS=gpu) must find one torch for the base dependencies and vLLM, and the CPU
 # image's resolution (the CPU torch wheel, then `.`) must hold no CUDA package. Metadata only
 # (`--dry-run`), in a throwaway venv with this machine's pip configuration off (no local wheels, no
-# cap), as a clean Docker build sees the index. Writes bench/deploy/gpu-resolution.txt.
+# cap), as a clean Docker build sees the index. Writes bench/raw/<today>/gpu-resolution.txt
+# (tests/unit/test_deploy_files.py reads the latest).
 #
 #   bash bench/deploy/gpu_resolution.sh      # ~2 min; TORCH_CPU_WHEEL=path to the CPU torch 2.13.0 wheel
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK=${WORK:-/tmp/alann-resolve}
-OUT=${OUT:-bench/deploy/gpu-resolution.txt}
+OUT=${OUT:-bench/raw/$(date +%F)/gpu-resolution.txt}
+mkdir -p "$(dirname "$OUT")"
 # PyTorch's CPU index cannot be reached from the development machines; its wheel lies on their disk.
 TORCH_CPU_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl | head -1)}
 rm -rf "$WORK" && python3.11 -m venv "$WORK/venv"

@@ -85,7 +85,7 @@ class HFEngine:
         # compare them) in a third of the forwards; the prefix is recomputed once per batch. On by
         # default on a GPU (engine option "packed_scoring"; None: on a GPU): on the H200 it scored 2,000
         # candidates × 2 adapters at 16 layers in 1.3-2.0 s where the per-row path took 2.5-4.4 s
-        # (bench/gpu-results/round-time-ps-w1-128e624*.json). Off on the CPU, where it was not measured.
+        # (bench/raw/2026-12-02/round-time-ps-w1-128e624*.json). Off on the CPU, where it was not measured.
         self.packed_scoring = packed_choice(packed_scoring, on_gpu=on_gpu)
         if packed_tokens < 1:
             raise ValueError(f"packed_tokens must be positive, got {packed_tokens}")

@@ -9,7 +9,7 @@ complete with a learning curve.
 Before rounds froze their configuration (24e947c), the gpu worker derived the GPU profile's context
 length from its own environment, its prompt hash disagreed with the one the CPU worker planned with,
 and round 2 (the first scored round) failed: "annotate.gpu.score_shard: StaleScoresError: scores
-were made with ..." (bench/ci-results/deployed-shape-at-24e947c.txt)."""
+were made with ..." (bench/raw/2026-12-03/deployed-shape-at-24e947c.txt)."""
 
 from __future__ import annotations
 

@@ -197,7 +197,8 @@ def test_gpu_image_resolves_one_torch_and_the_cpu_image_takes_the_cpu_wheel() ->
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     torch = next(Requirement(r) for r in project["dependencies"] if Requirement(r).name == "torch")
     vllm = next(Requirement(r) for r in project["optional-dependencies"]["gpu"] if Requirement(r).name == "vllm")
-    resolution = (ROOT / "bench" / "deploy" / "gpu-resolution.txt").read_text()
+    # the latest run of bench/deploy/gpu_resolution.sh (raw outputs lie under bench/raw/<date>/)
+    resolution = max((ROOT / "bench" / "raw").glob("*/gpu-resolution.txt")).read_text()
     pinned = dict(re.findall(r"^([a-z0-9_.-]+)==(\S+)$", resolution, re.M))
     assert f"=={pinned['vllm']}" == str(vllm.specifier), "bench/deploy/gpu_resolution.sh is of another vLLM"
     assert pinned["torch"] in torch.specifier, "the base torch bound excludes the torch that vLLM pins"

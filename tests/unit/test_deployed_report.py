@@ -1,7 +1,7 @@
 """bench/deployed_report.py: the tables of a deployed run (issue 35) from the files bench/deployed_loop.py
 writes: GPU busy share inside a round's machine windows, peak GPU memory per process, the engine-start
 lines of the gpu workers' logs, and the deployed curve's area against the simulation's seeds. The real
-inputs came from the H200 (bench/gpu-results/deployed-*.tgz); these are small hand-made ones whose
+inputs came from the H200 (bench/raw/*/deployed-*.tgz); these are small hand-made ones whose
 answers are known."""
 
 from __future__ import annotations
