@@ -82,14 +82,15 @@ def browse_items(*, project: Project, filters: dict[str, Any]) -> QuerySet[Item]
     return items.distinct().order_by("id")
 
 
-# The browser's sort orders (forms_data.ItemFilterForm.sort): key → its name in the form.
+# The browser's sort orders (forms_data.ItemFilterForm.sort): key → its name in the form, short
+# enough for a phone's select.
 SORTS = {
-    "": "import order",
-    "confidence": "model confidence, lowest first",
-    "-confidence": "model confidence, highest first",
-    "uncertainty": "model uncertainty, highest first",
-    "recent": "date of the last label or decision, newest first",
-    "disagreement": "disagreement, most first",
+    "": "Import order",
+    "confidence": "Confidence, lowest first",
+    "-confidence": "Confidence, highest first",
+    "uncertainty": "Uncertainty, highest first",
+    "recent": "Last label or decision, newest first",
+    "disagreement": "Disagreement, most first",
 }
 
 
