@@ -234,7 +234,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         help_texts = {
             "name": "Shown to everyone on the project, annotators included.",
             "model_dir": "A local Hugging Face model directory; empty: the bundled SmolLM2-135M.",
-            "engine": "transformers runs on CPU or GPU; vLLM is faster but needs a GPU.",
+            "engine": "Transformers (with PEFT adapters) runs on CPU or GPU; vLLM is faster but needs a GPU.",
             "seed": "Fixes the random choices (test set, random slice, training) so a rerun repeats them.",
             "batch_size": "How many texts annotators get per round. 20–100 is typical; smaller rounds learn sooner.",
             "oversample": "The most uncertain (batch size × this) texts are kept, then the most varied of them are "

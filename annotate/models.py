@@ -14,7 +14,7 @@ class Project(models.Model):
     """A labelling task: a pool of texts, a closed label set, a prompt, and the loop's knobs."""
 
     class Engine(models.TextChoices):
-        HF = "hf", "Transformers + PEFT (CPU or GPU)"
+        HF = "hf", "Transformers (CPU or GPU)"
         VLLM = "vllm", "vLLM (GPU)"
 
     name = models.CharField(max_length=200, unique=True)

@@ -33,7 +33,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='project',
             name='engine',
-            field=models.CharField(choices=[('hf', 'Transformers + PEFT (CPU or GPU)'), ('vllm', 'vLLM (GPU)')], default='hf', max_length=8),
+            field=models.CharField(choices=[('hf', 'Transformers (CPU or GPU)'), ('vllm', 'vLLM (GPU)')], default='hf', max_length=8),
         ),
         migrations.AlterField(
             model_name='projectmembership',
