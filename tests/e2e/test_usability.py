@@ -79,3 +79,52 @@ def test_issue32_filter_bars_wrap_no_select_cut_on_a_phone_or_a_laptop(
     pages["lead"].goto(f"/p/{project}/items/")
     pages["lead"].screenshot(path=str(artifacts_dir / "usability-phone-items.png"), full_page=True)
     assert not problems, "\n".join(problems)
+
+
+def test_issue32_phone_top_bar_is_one_line_with_the_links_behind_a_menu_button(
+    live_app: LiveServer, user_page: Any, project: int, artifacts_dir: Path
+) -> None:
+    page = user_page("usable-all", roles=["annotator", "lead", "ml"])  # every role: the longest navigation
+    page.set_viewport_size(PHONE)
+    page.goto(f"/p/{project}/items/")
+    bar, menu = page.locator("header.topbar"), page.get_by_role("button", name="Menu")
+    rounds = bar.get_by_role("link", name="Rounds")
+    height = bar.bounding_box()["height"]
+    assert height <= 56, f"the top bar is {height:.0f}px tall: more than one line"
+    assert menu.get_attribute("aria-expanded") == "false" and not rounds.is_visible()
+    page.screenshot(path=str(artifacts_dir / "usability-phone-topbar-closed.png"))
+
+    # By keyboard: Tab from the top reaches the button beside the brand, Enter opens it, Escape closes it.
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Menu"
+    page.keyboard.press("Enter")
+    assert menu.get_attribute("aria-expanded") == "true" and rounds.is_visible()
+    assert bar.get_by_role("button", name="Log out").is_visible()
+    no_sideways_scroll(page)
+    page.screenshot(path=str(artifacts_dir / "usability-phone-topbar-open.png"))
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Annotate"  # the first link of the menu
+    page.keyboard.press("Escape")
+    assert menu.get_attribute("aria-expanded") == "false" and not rounds.is_visible()
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Menu"
+    menu.click()  # a tap
+    rounds.click()
+    page.wait_for_url(f"**/p/{project}/ml/")
+    assert bar.bounding_box()["height"] <= 56 and menu.get_attribute("aria-expanded") == "false"
+
+    page.goto(f"/p/{project}/lead/disagreements/")  # a page with its own keys: Enter decides the current row
+    page.keyboard.press("j")
+    menu.focus()
+    page.keyboard.press("Enter")
+    assert menu.get_attribute("aria-expanded") == "true"
+    assert page.locator(".item-row select[name=decision]").count() == 1  # the row is still undecided
+
+    page.set_viewport_size(DESKTOP)  # a laptop: no button, the links in the bar
+    assert not menu.is_visible() and rounds.is_visible()
+
+    plain = user_page("usable-nojs", roles=["annotator", "lead", "ml"], javascript=False)
+    plain.set_viewport_size(PHONE)
+    plain.goto(f"/p/{project}/items/")  # without JavaScript nothing folds: every link stays reachable
+    assert plain.locator("header.topbar").get_by_role("link", name="Rounds").is_visible()
+    assert not plain.get_by_role("button", name="Menu").is_visible()
