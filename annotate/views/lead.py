@@ -167,7 +167,6 @@ def lead_agreement(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project,
         "summary": summary,
         "pair": pair,
-        "throughput": agreement.throughput(project=project),
         "people": people_stats(project=project),
     }
     return render(request, "annotate/lead_agreement.html", context)
