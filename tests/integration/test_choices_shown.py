@@ -93,3 +93,18 @@ def test_issue32_choices_are_capitalised_words_not_codes(team: dict[str, Any], r
 def test_issue32_the_members_table_names_the_role(team: dict[str, Any]) -> None:
     page = team["client"].get(reverse("project_members", args=[team["project"].pk])).content.decode()
     assert '<td data-label="Role">ML staff</td>' in page
+
+
+def test_issue32_the_home_page_names_the_roles(team: dict[str, Any]) -> None:
+    page = team["client"].get(reverse("home")).content.decode()
+    assert "Your roles: Annotator, Lead, ML staff." in page
+
+
+def test_issue32_the_403_page_names_the_roles(team: dict[str, Any]) -> None:
+    ml_only = user_create(username="maya", password="pw-12345678", roles=["ml"])
+    client = Client()
+    client.force_login(ml_only)
+    page = client.get(reverse("lead_queue", args=[team["project"].pk, "skipped"]))
+    assert page.status_code == 403
+    text = page.content.decode()
+    assert "this needs the role Lead in this project" in text and "(Annotator, Lead or ML staff)" in text

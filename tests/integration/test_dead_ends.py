@@ -63,3 +63,15 @@ def test_issue32_the_navigation_marks_the_page_it_is_on(team: dict[str, Any]) ->
         url = reverse(route, args=[project.pk])
         nav = team["lead"].get(url).content.decode().split("<nav")[1].split("</nav>")[0]
         assert f'<a href="{url}" aria-current="page">{name}</a>' in nav, nav
+
+
+def test_issue32_the_navigation_marks_the_section_of_a_page_under_it(team: dict[str, Any]) -> None:
+    """An item's page is under Items, every review queue under Review."""
+    project = team["project"]
+    item = Item.objects.get(project=project)
+    for url, section in (
+        (reverse("item_detail", args=[project.pk, item.pk]), "Items"),
+        (reverse("lead_queue", args=[project.pk, "skipped"]), "Review"),
+    ):
+        nav = team["lead"].get(url).content.decode().split("<nav")[1].split("</nav>")[0]
+        assert f'aria-current="page">{section}</a>' in nav, (url, nav)
