@@ -128,3 +128,15 @@ def test_issue32_phone_top_bar_is_one_line_with_the_links_behind_a_menu_button(
     plain.goto(f"/p/{project}/items/")  # without JavaScript nothing folds: every link stays reachable
     assert plain.locator("header.topbar").get_by_role("link", name="Rounds").is_visible()
     assert not plain.get_by_role("button", name="Menu").is_visible()
+
+
+def test_issue32_people_table_reads_as_cards_on_a_phone(
+    live_app: LiveServer, user_page: Any, project: int, artifacts_dir: Path
+) -> None:
+    page = user_page("usable-lead", roles=["lead"])
+    page.set_viewport_size(PHONE)
+    page.goto(f"/p/{project}/lead/agreement/")
+    no_sideways_scroll(page)
+    aligned = page.eval_on_selector_all("#people td", "cells => cells.map(c => getComputedStyle(c).textAlign)")
+    assert aligned and set(aligned) == {"left"}, aligned  # a card's "Labels: 3", not a number pushed right
+    page.locator("#people").screenshot(path=str(artifacts_dir / "usability-phone-people.png"))
