@@ -42,8 +42,9 @@ def first_day_project(*, name: str) -> dict[str, Any]:
     return seeded
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def project(live_app: LiveServer) -> int:
+    """One project for the module's tests (they only read it)."""
     seeded: dict[str, Any] = live_app.call("tests.e2e.test_usability:first_day_project", name="usable")
     return int(seeded["project"])
 
