@@ -25,7 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from annotate.models import ApiToken
-from annotate.roles import has_project_role, has_role
+from annotate.roles import ROLE_NAMES, has_project_role, has_role
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 ProjectOf = Callable[[Mapping[str, Any]], int]
@@ -71,7 +71,7 @@ class Policy:
 
     def refusal(self) -> str:
         where = " in this project" if self.project is not None else ""
-        return f"this needs the role {' or '.join(self.roles)}{where}"
+        return f"this needs the role {' or '.join(ROLE_NAMES.get(role, role) for role in self.roles)}{where}"
 
 
 def _attach(view: Callable[..., HttpResponseBase], policy: Policy) -> None:

@@ -7,10 +7,10 @@ from django import forms
 from annotate.services.autolabel import CASCADES
 
 CASCADE_NAMES = {
-    "none": "none (people get everything under the threshold)",
-    "agreement": "agreement of all K members",
-    "permuted": "self-consistency over permuted label codes",
-    "second_model": "a second model directory",
+    "none": "None: people get the rest",
+    "agreement": "Agreement of all K members",
+    "permuted": "Self-consistency (permuted codes)",
+    "second_model": "A second model directory",
 }
 
 

@@ -9,7 +9,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from annotate.models import BatchItem, BulkAction, Item, Project, ProjectMembership
-from annotate.roles import ALL_ROLES, ML
+from annotate.roles import ALL_ROLES, ML, ROLE_NAMES
 from annotate.selectors.items import SORTS
 from annotate.services.exports_dataset import DATASET_COLUMNS, DEFAULT_COLUMNS, DatasetFilter
 
@@ -24,12 +24,14 @@ class ExportForm(forms.Form):
     fmt = forms.ChoiceField(
         label="Format",
         choices=[
-            ("csv", "CSV for spreadsheets (a cell starting with = + - @ gets a leading ')"),
-            ("csv_raw", "CSV, texts exactly as they are (pandas, scripts; not for spreadsheets)"),
-            ("jsonl", "JSON Lines (one object per line, exact)"),
+            ("csv", "CSV for spreadsheets"),
+            ("csv_raw", "CSV, exact texts (pandas, scripts)"),
+            ("jsonl", "JSON Lines (exact)"),
             ("parquet", "Parquet (typed columns, exact)"),
         ],
         initial="csv",
+        help_text="CSV for spreadsheets puts a ' before a cell that starts with = + - or @, so a spreadsheet "
+        "never runs it as a formula; the other formats keep every text exactly as it is.",
     )
     columns = forms.MultipleChoiceField(
         choices=[(name, f"{name} — {why}") for name, why in DATASET_COLUMNS.items()],
@@ -82,21 +84,21 @@ class ExportForm(forms.Form):
 
 
 REVIEW_STATES = [
-    ("", "any"),
-    ("open", "open (no final label)"),
-    ("labelled", "labelled (final label)"),
-    ("disagreement", "disagreement"),
-    ("skipped", "skipped, waiting for a lead"),
-    ("review", "in the review bucket"),
-    ("unlabelable", "unlabelable"),
-    ("test", "test set"),
+    ("", "Any"),
+    ("open", "Open (no final label)"),
+    ("labelled", "Labelled (final label)"),
+    ("disagreement", "Disagreement"),
+    ("skipped", "Skipped, waiting for a lead"),
+    ("review", "In the review bucket"),
+    ("unlabelable", "Unlabelable"),
+    ("test", "Test set"),
 ]
 CONFIDENCE = [
-    ("", "any"),
-    ("low", "low (top probability under 50 %)"),
-    ("mid", "medium (50–80 %)"),
-    ("high", "high (over 80 %)"),
-    ("none", "no prediction yet"),
+    ("", "Any"),
+    ("low", "Low (under 50 %)"),
+    ("mid", "Medium (50–80 %)"),
+    ("high", "High (over 80 %)"),
+    ("none", "Not scored yet"),
 ]
 
 
@@ -104,7 +106,7 @@ class ItemFilterForm(forms.Form):
     q = forms.CharField(label="Search text or id", required=False)
     label = forms.ChoiceField(label="Final label", required=False)
     annotator = forms.ChoiceField(label="Labelled by", required=False)
-    source = forms.ChoiceField(label="Picked by", required=False, choices=[("", "any"), *SOURCE_CHOICES])
+    source = forms.ChoiceField(label="Picked by", required=False, choices=[("", "Any"), *SOURCE_CHOICES])
     confidence = forms.ChoiceField(label="Model confidence", required=False, choices=CONFIDENCE)
     state = forms.ChoiceField(label="Review state", required=False, choices=REVIEW_STATES)
     round = forms.IntegerField(label="Round", required=False, min_value=1)
@@ -113,7 +115,7 @@ class ItemFilterForm(forms.Form):
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        labels = [("", "any"), ("none", "none yet"), *_label_choices(project)]
+        labels = [("", "Any"), ("none", "None yet"), *_label_choices(project)]
         cast(forms.ChoiceField, self.fields["label"]).choices = labels
         users = (
             get_user_model()
@@ -122,7 +124,7 @@ class ItemFilterForm(forms.Form):
             .order_by("username")
             .values_list("pk", "username")
         )
-        cast(forms.ChoiceField, self.fields["annotator"]).choices = [("", "anyone"), *((str(p), u) for p, u in users)]
+        cast(forms.ChoiceField, self.fields["annotator"]).choices = [("", "Anyone"), *((str(p), u) for p, u in users)]
 
 
 class _IdsField(forms.TypedMultipleChoiceField):
@@ -148,9 +150,9 @@ class BulkForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.labels = {str(lab.pk): lab for lab in project.labels.order_by("order", "id")}
         self.users = {str(u.pk): u for u in annotators}
-        cast(forms.ChoiceField, self.fields["label"]).choices = [("", "choose…"), *_label_choices(project)]
+        cast(forms.ChoiceField, self.fields["label"]).choices = [("", "Choose…"), *_label_choices(project)]
         cast(forms.ChoiceField, self.fields["assignee"]).choices = [
-            ("", "choose…"),
+            ("", "Choose…"),
             *((pk, u.username) for pk, u in self.users.items()),
         ]
 
@@ -176,7 +178,7 @@ class SendToReviewForm(forms.Form):
 
 def _role_choices(actor_roles: set[str]) -> list[tuple[str, str]]:
     """Leads may give the annotator and lead roles; the ml role takes ML staff (or a superuser)."""
-    return [(r, r) for r in ALL_ROLES if r != ML or ML in actor_roles]
+    return [(r, ROLE_NAMES[r]) for r in ALL_ROLES if r != ML or ML in actor_roles]
 
 
 class UserCreateForm(forms.Form):

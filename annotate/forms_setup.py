@@ -175,9 +175,9 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="One example per line: text | label name. Frozen once the first round exists.",
     )
     uncertainty = forms.ChoiceField(
-        choices=[("margin", "margin"), ("entropy", "entropy + tail"), ("bald", "BALD (ensemble)")],
+        choices=[("margin", "Margin"), ("entropy", "Entropy + tail"), ("bald", "BALD (ensemble)")],
         label="Uncertainty measure",
-        help_text="margin: gap between the two likeliest labels (default); entropy: spread over all labels; "
+        help_text="Margin: the gap between the two likeliest labels (default); Entropy: the spread over all labels; "
         "BALD: disagreement between the ensemble's models (needs 2 or more).",
     )
 
@@ -234,7 +234,7 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
         help_texts = {
             "name": "Shown to everyone on the project, annotators included.",
             "model_dir": "A local Hugging Face model directory; empty: the bundled SmolLM2-135M.",
-            "engine": "transformers runs on CPU or GPU; vLLM is faster but needs a GPU.",
+            "engine": "Transformers (with PEFT adapters) runs on CPU or GPU; vLLM is faster but needs a GPU.",
             "seed": "Fixes the random choices (test set, random slice, training) so a rerun repeats them.",
             "batch_size": "How many texts annotators get per round. 20–100 is typical; smaller rounds learn sooner.",
             "oversample": "The most uncertain (batch size × this) texts are kept, then the most varied of them are "
@@ -247,10 +247,10 @@ class ProjectSetupForm(forms.ModelForm):  # type: ignore[type-arg]
             "labels; BALD: disagreement between the ensemble's models (needs 2 or more).",
             "cold_start_batches": "How many first rounds pick without the model (see below) before it is trusted "
             "to choose.",
-            "cold_mode": "typical items: the most typical text of each group of similar texts (the default) — best "
-            "when the labels follow topics; random: a uniform draw — safer when they do not (sentiment, question "
-            "type); half typical, half random: both at once; farthest-first: texts far from each other. A project run "
-            "as random always starts at random.",
+            "cold_mode": "Typical items: the most typical text of each group of similar texts (the default) — best "
+            "when the labels follow topics; Random: a uniform draw — safer when they do not (sentiment, question "
+            "type); Half typical, half random: both at once; Farthest-first: texts far from each other. A project "
+            "run as Random always starts at random.",
             "ensemble_k": "How many small adapters are trained; more gives better uncertainty and costs more "
             "time per round. 1 on a CPU (the embedding proxy is the second opinion), 2–4 on a GPU.",
             "overlap_share": "Share of each batch (0–1) labelled by several annotators, to measure agreement and "
@@ -440,13 +440,14 @@ def _valid_email(address: str) -> bool:
     return True
 
 
+# Short enough for a phone's select (the ML page's help text says what active and portfolio do).
 STRATEGY_NAMES = {
-    "active": "active: uncertain items by the adapters and an embedding proxy, spread out (production)",
-    "random": "random (baseline, no scoring)",
-    "uncertainty-only": "uncertainty only (top scores)",
-    "kcenter-only": "diversity only (k-center, no scoring)",
-    "margin-kcenter": "margin top-M then k-center (the wave-1 default)",
-    "portfolio": "portfolio: margin, soft-rank and random, the batch shifted to whichever measures best here",
+    "active": "Active (production)",
+    "random": "Random (baseline, no scoring)",
+    "uncertainty-only": "Uncertainty only (top scores)",
+    "kcenter-only": "Diversity only (k-center)",
+    "margin-kcenter": "Margin top-M, then k-center",
+    "portfolio": "Portfolio (best measure wins)",
 }
 
 

@@ -14,7 +14,7 @@ class Project(models.Model):
     """A labelling task: a pool of texts, a closed label set, a prompt, and the loop's knobs."""
 
     class Engine(models.TextChoices):
-        HF = "hf", "transformers + PEFT (CPU or GPU)"
+        HF = "hf", "Transformers (CPU or GPU)"
         VLLM = "vllm", "vLLM (GPU)"
 
     name = models.CharField(max_length=200, unique=True)
@@ -47,11 +47,11 @@ class Project(models.Model):
         blank=True,
         default="",
         choices=[
-            ("", "deployment default"),
-            ("typical", "typical items"),
-            ("random", "random"),
-            ("diversity", "farthest-first"),
-            ("hedged", "half typical, half random"),
+            ("", "Deployment default"),
+            ("typical", "Typical items"),
+            ("random", "Random"),
+            ("diversity", "Farthest-first"),
+            ("hedged", "Half typical, half random"),
         ],
     )
     # Ensemble / training.
@@ -89,7 +89,7 @@ class ProjectMembership(models.Model):
     class Role(models.TextChoices):
         ANNOTATOR = "annotator"
         LEAD = "lead"
-        ML = "ml"
+        ML = "ml", "ML staff"
 
     project = models.ForeignKey(Project, related_name="memberships", on_delete=models.CASCADE)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, related_name="memberships", on_delete=models.CASCADE)
@@ -285,11 +285,11 @@ class BatchItem(models.Model):
     class Source(models.TextChoices):
         ACTIVE = "active"  # picked by the round's strategy (not the random slice)
         RANDOM = "random"  # the uniform random slice (the random arm trains on these)
-        COLD = "cold"  # cold-start (random / diversity-only) rounds
+        COLD = "cold", "Cold start"  # cold-start (random / diversity-only) rounds
         CASCADE = "cascade"  # the autolabel cascade was unsure: people label it
         AUDIT = "audit"  # a random share of auto-accepted items, checked by people
         GOLD = "gold"  # the stratified gold set, double-labelled blind
-        CALIBRATION = "calib", "calibration"  # the calibration split: random pool items auto-accept is fitted on
+        CALIBRATION = "calib", "Calibration"  # the calibration split: random pool items auto-accept is fitted on
 
     round = models.ForeignKey(Round, related_name="batch_items", on_delete=models.CASCADE)
     item = models.ForeignKey(Item, related_name="batch_rows", on_delete=models.CASCADE)
@@ -440,9 +440,9 @@ class BulkAction(models.Model):
     ``event_ids``), perhaps undone (every item as it was before). Status moves forward only."""
 
     class Kind(models.TextChoices):
-        REVIEW = "review", "send to review"
-        ASSIGN = "assign", "assign"
-        RELABEL = "relabel", "relabel"
+        REVIEW = "review", "Send to review"
+        ASSIGN = "assign", "Assign"
+        RELABEL = "relabel", "Relabel"
 
     class Status(models.TextChoices):
         DRAFT = "draft"
@@ -852,9 +852,9 @@ class NotificationDelivery(models.Model):
     fails its row (status, attempts, last error), never the round."""
 
     class Event(models.TextChoices):
-        ROUND_DONE = "round_done", "round finished"
-        ROUND_FAILED = "round_failed", "round failed"
-        REVIEWS_WAITING = "reviews_waiting", "reviews wait for a lead"
+        ROUND_DONE = "round_done", "Round finished"
+        ROUND_FAILED = "round_failed", "Round failed"
+        REVIEWS_WAITING = "reviews_waiting", "Reviews wait for a lead"
 
     class Channel(models.TextChoices):
         WEBHOOK = "webhook"

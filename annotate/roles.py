@@ -20,6 +20,7 @@ ANNOTATOR = "annotator"
 LEAD = "lead"
 ML = "ml"
 ALL_ROLES = (ANNOTATOR, LEAD, ML)
+ROLE_NAMES = {ANNOTATOR: "Annotator", LEAD: "Lead", ML: "ML staff"}  # as pages show them
 
 
 def roles_of(user: Any) -> set[str]:

@@ -38,6 +38,9 @@ urlpatterns = [
         label_errors.label_errors_decide,
         name="label_errors_decide",
     ),
+    # Before the queues' route below, which would take "dead-letters" for a queue's name.
+    path("p/<int:project_id>/lead/dead-letters/", autolabel.dead_letters, name="dead_letters"),
+    path("p/<int:project_id>/lead/dead-letters/retry/", autolabel.dead_letters_retry, name="dead_letters_retry"),
     path("p/<int:project_id>/lead/<slug:queue>/", lead.lead_queue, name="lead_queue"),
     # Item browser (leads, ml)
     path("p/<int:project_id>/items/", items.item_browser, name="item_browser"),
@@ -74,7 +77,7 @@ urlpatterns = [
     path("p/<int:project_id>/ml/rounds/start/", ml.ml_round_start, name="ml_round_start"),
     path("p/<int:project_id>/ml/rounds/retrain/", ml.ml_round_retrain, name="ml_round_retrain"),
     path("p/<int:project_id>/ml/rounds/final/", ml.ml_round_final, name="ml_round_final"),
-    # Auto-labelling (ml), dead letters (leads), the final dataset
+    # Auto-labelling (ml), the final dataset
     path("p/<int:project_id>/ml/autolabel/", autolabel.autolabel_home, name="autolabel_home"),
     path("p/<int:project_id>/ml/autolabel/status/", autolabel.autolabel_status, name="autolabel_status"),
     path("p/<int:project_id>/ml/autolabel/gold/", autolabel.autolabel_gold, name="autolabel_gold"),
@@ -82,8 +85,6 @@ urlpatterns = [
     path("p/<int:project_id>/ml/autolabel/calibrate/", autolabel.autolabel_calibrate, name="autolabel_calibrate"),
     path("p/<int:project_id>/ml/autolabel/launch/", autolabel.autolabel_launch, name="autolabel_launch"),
     path("p/<int:project_id>/ml/autolabel/audit/", autolabel.autolabel_audit_refresh, name="autolabel_audit"),
-    path("p/<int:project_id>/lead/dead-letters/", autolabel.dead_letters, name="dead_letters"),
-    path("p/<int:project_id>/lead/dead-letters/retry/", autolabel.dead_letters_retry, name="dead_letters_retry"),
     re_path(
         r"^p/(?P<project_id>\d+)/export/dataset\.(?P<fmt>csv|jsonl|parquet)$",
         autolabel.dataset_download,

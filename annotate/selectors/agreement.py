@@ -1,20 +1,17 @@
-"""Inter-annotator agreement and throughput for the lead dashboard: the reads that turn annotation
-rows into label arrays, and the agreement statistics over those arrays (Cohen's κ of two raters,
-Fleiss' κ of many, specific agreement per class — pure functions at the end of this module, also
-used by the evaluation for model-vs-human κ)."""
+"""Inter-annotator agreement for the lead dashboard: the reads that turn annotation rows into label
+arrays, and the agreement statistics over those arrays (Cohen's κ of two raters, Fleiss' κ of many,
+specific agreement per class — pure functions at the end of this module, also used by the evaluation
+for model-vs-human κ). Each annotator's own figures (accuracy, speed, labels per day) are in
+selectors/people.py."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import date
 from itertools import combinations
 
 import numpy as np
-from django.db.models import Count
-from django.db.models.functions import TruncDate
 
 from annotate.models import Annotation, Project
 from training.evaluate import confusion
@@ -65,15 +62,6 @@ class PairConfusion:
     @property
     def rows(self) -> list[tuple[str, list[int]]]:
         return list(zip(self.labels, self.matrix, strict=True))
-
-
-@dataclass(frozen=True)
-class Throughput:
-    rater: Rater
-    n_labels: int
-    labels_per_hour: float | None  # labels per hour of timed labelling (sum of seconds_spent)
-    median_seconds: float | None
-    per_day: list[tuple[date, int]]
 
 
 @dataclass(frozen=True)
@@ -161,40 +149,6 @@ def pair_confusion(*, project: Project, a_id: int, b_id: int) -> PairConfusion |
     va, vb = _pair_vectors(r, a_id, b_id)
     matrix = np.asarray(confusion(va, vb, len(r.labels)), dtype=np.int64)
     return PairConfusion(r.raters[a_id], r.raters[b_id], r.labels, matrix.tolist(), len(va))
-
-
-def throughput(*, project: Project) -> list[Throughput]:
-    rows = Annotation.objects.filter(item__project=project)
-    per_day: dict[int, list[tuple[date, int]]] = defaultdict(list)
-    for annotator_id, day, n in (
-        rows.annotate(day=TruncDate("created_at"))
-        .values_list("annotator_id", "day")
-        .order_by("annotator_id", "day")
-        .annotate(n=Count("id"))
-    ):
-        per_day[annotator_id].append((day, n))
-    seconds: dict[int, list[float]] = defaultdict(list)
-    names: dict[int, str] = {}
-    totals: Counter[int] = Counter()
-    for annotator_id, username, spent in rows.values_list("annotator_id", "annotator__username", "seconds_spent"):
-        names[annotator_id] = username
-        totals[annotator_id] += 1
-        if spent is not None and spent >= 0:
-            seconds[annotator_id].append(spent)
-    out = []
-    for annotator_id in sorted(names, key=names.__getitem__):
-        timed = seconds[annotator_id]
-        total_seconds = sum(timed)
-        out.append(
-            Throughput(
-                rater=Rater(annotator_id, names[annotator_id]),
-                n_labels=totals[annotator_id],
-                labels_per_hour=len(timed) * 3600.0 / total_seconds if total_seconds > 0 else None,
-                median_seconds=statistics.median(timed) if timed else None,
-                per_day=per_day[annotator_id],
-            )
-        )
-    return out
 
 
 # -- the statistics (pure functions over label arrays) ----------------------------------------------

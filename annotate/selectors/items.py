@@ -20,20 +20,11 @@ from annotate.models import (
     Skip,
 )
 from annotate.selectors.history import event_sentence, events_of, undoable_decision
+from annotate.selectors.predictions import ModelView, newest_predictions
 from annotate.selectors.review import disagreements
 
 PAGE_SIZE = 50
 CONFIDENCE_BANDS = {"low": (0.0, 0.5), "mid": (0.5, 0.8), "high": (0.8, 1.01)}
-
-
-def _latest_prediction(project: Project) -> dict[int, float]:
-    """item id → top probability of its newest prediction."""
-    top: dict[int, float] = {}
-    rows = Prediction.objects.filter(item__project=project).order_by("item_id", "created_at", "id")
-    for item_id, probs in rows.values_list("item_id", "probs").iterator(chunk_size=5000):
-        if isinstance(probs, list) and probs:
-            top[item_id] = float(max(probs))  # later rows overwrite: the newest wins
-    return top
 
 
 def _by_state(items: QuerySet[Item], state: str, project: Project) -> QuerySet[Item]:
@@ -73,7 +64,8 @@ def browse_items(*, project: Project, filters: dict[str, Any]) -> QuerySet[Item]
     items = _by_state(items, filters.get("state") or "", project)
     confidence = filters.get("confidence") or ""
     if confidence:
-        top = _latest_prediction(project)
+        newest = newest_predictions(item_ids=Item.objects.filter(project=project).values("id"))
+        top = {item_id: view.confidence for item_id, view in newest.items()}
         if confidence == "none":
             items = items.exclude(id__in=list(top))
         else:
@@ -82,33 +74,16 @@ def browse_items(*, project: Project, filters: dict[str, Any]) -> QuerySet[Item]
     return items.distinct().order_by("id")
 
 
-# The browser's sort orders (forms_data.ItemFilterForm.sort): key → its name in the form.
+# The browser's sort orders (forms_data.ItemFilterForm.sort): key → its name in the form, short
+# enough for a phone's select.
 SORTS = {
-    "": "import order",
-    "confidence": "model confidence, lowest first",
-    "-confidence": "model confidence, highest first",
-    "uncertainty": "model uncertainty, highest first",
-    "recent": "date of the last label or decision, newest first",
-    "disagreement": "disagreement, most first",
+    "": "Import order",
+    "confidence": "Confidence, lowest first",
+    "-confidence": "Confidence, highest first",
+    "uncertainty": "Uncertainty, highest first",
+    "recent": "Last label or decision, newest first",
+    "disagreement": "Disagreement, most first",
 }
-
-
-@dataclass(frozen=True)
-class ModelView:
-    confidence: float  # top probability of the newest prediction
-    uncertainty: float  # as the round stored it; else 1 − margin between the top two probabilities
-
-
-def _newest_predictions(item_ids: Any) -> dict[int, ModelView]:
-    """item id → its newest prediction's confidence and uncertainty."""
-    views: dict[int, ModelView] = {}
-    rows = Prediction.objects.filter(item__in=item_ids).order_by("item_id", "created_at", "id")
-    for item_id, probs, uncertainty in rows.values_list("item_id", "probs", "uncertainty").iterator(chunk_size=5000):
-        if isinstance(probs, list) and probs:
-            top = sorted((float(p) for p in probs), reverse=True)
-            margin = top[0] - (top[1] if len(top) > 1 else 0.0)
-            views[item_id] = ModelView(top[0], float(uncertainty) if uncertainty is not None else 1.0 - margin)
-    return views  # later rows overwrote earlier ones: the newest wins
 
 
 def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int] | QuerySet[Item, int]:
@@ -119,7 +94,7 @@ def ordered_ids(*, project: Project, filters: dict[str, Any]) -> list[int] | Que
     sort = filters.get("sort") or ""
     if sort in ("confidence", "-confidence", "uncertainty"):
         ids = list(items.values_list("id", flat=True))
-        model = _newest_predictions(items.values("id"))
+        model = newest_predictions(item_ids=items.values("id"))
         sign = -1.0 if sort == "-confidence" else 1.0
 
         def key(item_id: int) -> tuple[bool, float, int]:
@@ -166,7 +141,7 @@ def browse_page(*, project: Project, filters: dict[str, Any], page: int) -> tupl
         )
     )
     by_id = {item.pk: item for item in found}
-    model = _newest_predictions(page_ids)
+    model = newest_predictions(item_ids=page_ids)
     rows = [
         ItemRow(
             by_id[i],

@@ -9,13 +9,17 @@ and their speed.
   share of all their labels.
 - *Speed*: the median seconds per label: the time from item shown to submit where the annotate page
   measured it, else the time since their previous label when under ``BREAK_S`` (longer is a break).
+- *Per day*: how many labels they gave each calendar day (the site's time zone).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
+
+from django.utils import timezone
 
 from annotate.models import Adjudication, Annotation, Item, Project
 from annotate.selectors.agreement import Rater
@@ -45,6 +49,7 @@ class PersonStats:
     vs_gold: Accuracy = field(default_factory=Accuracy)
     overruled: int = 0
     seconds: list[float] = field(default_factory=list)
+    days: Counter[date] = field(default_factory=Counter)
 
     @property
     def overrule_rate(self) -> float | None:
@@ -57,6 +62,10 @@ class PersonStats:
     @property
     def n_timed(self) -> int:
         return len(self.seconds)
+
+    @property
+    def per_day(self) -> list[tuple[date, int]]:
+        return sorted(self.days.items())
 
 
 def _label_seconds(spent: float | None, created: datetime, previous: datetime | None) -> float | None:
@@ -87,6 +96,7 @@ def people_stats(*, project: Project) -> list[PersonStats]:
     for annotator_id, username, item_id, label_id, spent, created in rows.iterator(chunk_size=5000):
         person = people.setdefault(annotator_id, PersonStats(Rater(annotator_id, username)))
         person.n_labels += 1
+        person.days[timezone.localdate(created)] += 1
         if (seconds := _label_seconds(spent, created, previous.get(annotator_id))) is not None:
             person.seconds.append(seconds)
         previous[annotator_id] = created

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django import template
+from django.urls import reverse
 
 from annotate.models import Project
 from annotate.roles import ANNOTATOR, LEAD, ML, project_roles
@@ -12,19 +13,57 @@ from annotate.roles import ANNOTATOR, LEAD, ML, project_roles
 register = template.Library()
 
 
+class NavLink(NamedTuple):
+    shown_to: str  # annotator | lead | lead_or_ml | ml
+    url_name: str
+    title: str
+    arg: str | None = None  # a second URL argument after the project's id
+    under: tuple[str, ...] = ()  # the URL names of other pages it marks as the page's section
+
+
+# The project's pages in the order of its navigation.
+NAV = [
+    NavLink("annotator", "annotate", "Annotate"),
+    NavLink("annotator", "annotate_test", "Test set"),
+    NavLink("annotator", "annotate_guidelines", "Guidelines"),
+    NavLink("lead", "lead_queue", "Review", "disagreements"),
+    NavLink("lead_or_ml", "label_errors", "Label errors"),
+    NavLink("lead_or_ml", "lead_agreement", "Agreement"),
+    NavLink("lead_or_ml", "item_browser", "Items", under=("item_detail", "item_bulk_confirm")),
+    NavLink("lead_or_ml", "export_page", "Export"),
+    NavLink("lead_or_ml", "project_members", "Members"),
+    NavLink("ml", "ml_home", "Rounds"),
+    NavLink("ml", "project_setup", "Setup", under=("project_delete",)),
+    NavLink("ml", "import_upload", "Import", under=("import_status",)),
+    NavLink("ml", "autolabel_home", "Auto-label"),
+]
+
+
 @register.inclusion_tag("annotate/_project_nav.html", takes_context=True)
 def project_nav(context: dict[str, Any], project: Project) -> dict[str, Any]:
-    """The project's name and the links the user's roles in it open, the current page marked."""
+    """The project's name and the links the user's roles in it open, the page it is on marked (or the
+    section it is under: every review queue is under Review, an item's page under Items)."""
     request = context.get("request")
     user = getattr(request, "user", None)
     roles = project_roles(user, project.pk) if user is not None else set()
-    return {
-        "project": project,
-        "path": getattr(request, "path", ""),
+    shows = {
         "annotator": bool(roles & {ANNOTATOR, LEAD}),
         "lead": LEAD in roles,
+        "lead_or_ml": bool(roles & {LEAD, ML}),
         "ml": ML in roles,
     }
+    match = getattr(request, "resolver_match", None)
+    here = match.url_name if match is not None else ""
+    links = [
+        {
+            "url": reverse(link.url_name, args=[project.pk] if link.arg is None else [project.pk, link.arg]),
+            "title": link.title,
+            "current": here == link.url_name or here in link.under,
+        }
+        for link in NAV
+        if shows[link.shown_to]
+    ]
+    return {"project": project, "links": links}
 
 
 @register.filter

@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from annotate.access import signed_in
-from annotate.roles import LEAD, ML, roles_of
+from annotate.roles import ALL_ROLES, LEAD, ML, ROLE_NAMES, roles_of
 from annotate.selectors.projects import archived_projects, project_cards
 
 
@@ -16,7 +16,7 @@ def home(request: HttpRequest) -> HttpResponse:
     context = {
         "cards": project_cards(user=request.user),
         "archived": archived_projects(user=request.user),
-        "roles": sorted(roles),
+        "role_names": [ROLE_NAMES[role] for role in ALL_ROLES if role in roles],
         "is_lead": LEAD in roles,
         "is_ml": ML in roles,
     }

@@ -83,7 +83,7 @@ def label_errors_scan(request: HttpRequest, project_id: int) -> HttpResponse:
 def label_errors_decide(request: HttpRequest, project_id: int, suspect_id: int) -> HttpResponse:
     suspect = get_object_or_404(LabelSuspect, pk=suspect_id, project_id=project_id)
     choice = request.POST.get("label", "")
-    if not choice:  # the "other label" list left on "choose…": nothing is decided (never read as keep)
+    if not choice:  # the "other label" list left on "Choose…": nothing is decided (never read as keep)
         messages.error(request, f"{suspect.item.external_id}: not decided: choose a label, or keep the label.")
         return redirect("label_errors", project_id=project_id)
     label = None

@@ -12,6 +12,7 @@ from annotate.forms_setup import AdjudicationForm
 from annotate.models import Item, Project
 from annotate.roles import LEAD, ML
 from annotate.selectors import agreement
+from annotate.selectors import autolabel as auto_sel
 from annotate.selectors.history import undoable_decision
 from annotate.selectors.people import people_stats
 from annotate.selectors.progress import current_batch
@@ -35,6 +36,7 @@ def lead_queue(request: HttpRequest, project_id: int, queue: str) -> HttpRespons
         "queue": queue,
         "queues": QUEUES,
         "counts": queue_counts(project=project),
+        "dead_letters": auto_sel.dead_letters(project=project).count(),  # a run's undecided items: a link
         "batch": current_batch(project_id=project.pk),
         "items": queue_items(project=project, queue=queue)[:200],
         "form": AdjudicationForm(project=project),
@@ -167,7 +169,6 @@ def lead_agreement(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project,
         "summary": summary,
         "pair": pair,
-        "throughput": agreement.throughput(project=project),
         "people": people_stats(project=project),
     }
     return render(request, "annotate/lead_agreement.html", context)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from annotate.access import role_required
 from annotate.forms_data import MemberForm, UserCreateForm, UserRolesForm
 from annotate.models import Project, ProjectMembership
-from annotate.roles import ALL_ROLES, LEAD, ML, project_roles, roles_of
+from annotate.roles import ALL_ROLES, LEAD, ML, ROLE_NAMES, project_roles, roles_of
 from annotate.services.accounts import (
     AccountError,
     grantable_roles,
@@ -39,8 +39,8 @@ def _team_context(request: HttpRequest, form: UserCreateForm | None = None) -> d
     return {
         "rows": rows,
         "form": form or UserCreateForm(actor_roles=actor),
-        "grantable": sorted(grantable_roles(actor)),
-        "all_roles": ALL_ROLES,
+        "grantable": [ROLE_NAMES[role] for role in ALL_ROLES if role in grantable_roles(actor)],
+        "all_roles": ROLE_NAMES.items(),
     }
 
 

@@ -64,7 +64,7 @@
     if (!row) return;
     if (/^[1-9]$/.test(key)) {
       choose(row, (options) => {
-        const option = options[Number(key)];  // options[0] is "choose…"
+        const option = options[Number(key)];  // options[0] is "Choose…"
         return option && option.value !== "unlabelable" ? option : null;
       });
     } else if (key === "x") {

@@ -403,12 +403,12 @@ def test_problem_13_export_spreadsheet_safe_or_exact_csv_jsonl_parquet_without_t
     assert not lead.get_by_label("Include the test set (split = test)").is_checked()
     lead.screenshot(path=str(artifacts_dir / "firstday-export.png"), full_page=True)
 
-    safe = _read_csv(_download(lead, "CSV for spreadsheets (a cell starting with = + - @ gets a leading ')", tmp_path))
+    safe = _read_csv(_download(lead, "CSV for spreadsheets", tmp_path))
     assert sorted(safe["text"]) == sorted("'" + t if t[0] in "-=@" else t for t in TRICKY_TEXTS)
-    exact_name = "CSV, texts exactly as they are (pandas, scripts; not for spreadsheets)"
+    exact_name = "CSV, exact texts (pandas, scripts)"
     exact = _read_csv(_download(lead, exact_name, tmp_path))
     assert sorted(exact["text"]) == sorted(TRICKY_TEXTS) and set(exact["split"]) == {"train"}
-    lines = _download(lead, "JSON Lines (one object per line, exact)", tmp_path).read_text(encoding="utf-8")
+    lines = _download(lead, "JSON Lines (exact)", tmp_path).read_text(encoding="utf-8")
     assert sorted(json.loads(line)["text"] for line in lines.splitlines()) == sorted(TRICKY_TEXTS)
     table = pq.read_table(_download(lead, "Parquet (typed columns, exact)", tmp_path)).to_pylist()
     assert sorted(row["text"] for row in table) == sorted(TRICKY_TEXTS)

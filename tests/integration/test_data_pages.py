@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -171,3 +173,28 @@ def test_export_command_writes_the_training_dataset(data: dict[str, Any], tmp_pa
         ("n0", "The striker scored twice 😀", "sports"),
         ("n1", "Parliament passed the budget", "politics"),
     ]
+
+
+def _model_cell(page: str, item: Item) -> str:
+    row = page.split(f'data-item="{item.pk}"')[1].split("</tr>")[0]
+    return " ".join(re.sub(r"<[^>]+>", "", row.split('class="model">')[1].split("</td>")[0]).split())
+
+
+def test_issue32_item_browser_model_column_shows_the_newest_round_prediction(data: dict[str, Any]) -> None:
+    """An item scored by round 1 and by round 2 shows round 2's prediction, even where round 2's row is
+    the older one (a rerun updates a prediction in place: its created_at stays); an item no round
+    scored says so. The confidence filter reads the same prediction."""
+    client, project, items = _client(data["lena"]), data["project"], data["items"]
+    sports = project.labels.get(name="sports")
+    second = Round.objects.create(project=project, number=2, status="done")
+    newer = Prediction.objects.create(
+        item=items[2], round=second, prompt_hash="p2", adapter_set_hash="b", label=sports, probs=[0.9, 0.1], mass=0.9
+    )
+    Prediction.objects.filter(pk=newer.pk).update(created_at=timezone.now() - timedelta(days=1))
+    url = reverse("item_browser", args=[project.pk])
+
+    page = client.get(url).content.decode()
+    assert _model_cell(page, items[2]).startswith("sports 90 % (round 2)")
+    assert _model_cell(page, items[0]) == "not scored yet"
+    assert "Le match nul" in client.get(url, {"confidence": "high"}).content.decode()
+    assert "Le match nul" not in client.get(url, {"confidence": "mid"}).content.decode()  # round 1's 55 %

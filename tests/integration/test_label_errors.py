@@ -61,7 +61,7 @@ def test_a_lead_relabels_or_keeps_and_the_history_says_so(shared_data: Path, tmp
     assert ItemEvent.objects.filter(item=item, kind="decision").count() == 1
     with pytest.raises(LabelErrorError, match="already decided"):
         label_suspect_decide(suspect=first, lead=lead, label=None)
-    # the other-label list left on "choose…" decides nothing (it was read as "keep" before)
+    # the other-label list left on "Choose…" decides nothing (it was read as "keep" before)
     client = Client()
     client.force_login(lead)
     url = reverse("label_errors_decide", kwargs={"project_id": project.pk, "suspect_id": second.pk})

@@ -1,16 +1,20 @@
 """Issue 32, People: each annotator's accuracy against the leads' decisions and gold labels (with the
-counts they rest on), how often a lead overruled them, and their median seconds per label."""
+counts they rest on), how often a lead overruled them, their median seconds per label and their labels
+per day, on the Agreement page's one People table."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from annotate.models import Adjudication, Annotation, Item, Label
 from annotate.selectors.people import people_stats
+from annotate.services.accounts import user_create
 from annotate.services.projects import LabelInput, project_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -65,3 +69,28 @@ def test_a_long_pause_is_not_labelling_time() -> None:
         Annotation.objects.filter(id=row.id).update(created_at=start + timedelta(seconds=at))
     (person,) = people_stats(project=project)
     assert (person.n_labels, person.n_timed, person.median_seconds) == (3, 1, 8.0)
+
+
+def test_issue32_agreement_page_has_one_people_table_with_one_speed_and_labels_per_day() -> None:
+    """The Throughput table repeated the People table (labels, a second median s / label): gone. The
+    People table keeps its speed column and counts each annotator's labels per day."""
+    project = project_create(name="per-day", labels=[LabelInput("pos", "A"), LabelInput("neg", "B")])
+    pos = Label.objects.filter(project=project).order_by("order")[0]
+    ann = User.objects.create_user("ann")
+    lead = user_create(username="lead", password="pw-12345678", roles=["lead"])
+    days = [datetime(2026, 12, 1, 9, tzinfo=UTC), datetime(2026, 12, 3, 9, tzinfo=UTC)]
+    for n, at in enumerate([days[0], days[0] + timedelta(seconds=5), days[1]]):
+        item = Item.objects.create(project=project, external_id=f"i{n}", text=f"t{n}", text_hash=f"h{n}")
+        row = Annotation.objects.create(item=item, annotator=ann, label=pos, seconds_spent=4.0)
+        Annotation.objects.filter(id=row.id).update(created_at=at)
+
+    (person,) = people_stats(project=project)
+    assert person.per_day == [(date(2026, 12, 1), 2), (date(2026, 12, 3), 1)]
+
+    client = Client()
+    client.force_login(lead)
+    page = client.get(reverse("lead_agreement", args=[project.pk])).content.decode()
+    assert 'id="throughput"' not in page and "Throughput" not in page and "Labels / hour" not in page
+    people = page.split('id="people"')[1].split("</table>")[0]
+    assert people.count("s / label</th>") == 1  # one speed column
+    assert '<td class="per-day" data-label="Labels per day">2026-12-01: 2 · 2026-12-03: 1</td>' in people
