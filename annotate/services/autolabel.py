@@ -306,7 +306,7 @@ def gold_draw(*, project: Project, per_class: int = 50, seed: int = 0) -> int:
     latest = {
         item_id: (label_id, probs)
         for item_id, label_id, probs in Prediction.objects.filter(item__project=project, item_id__in=eligible.tolist())
-        .order_by("item_id", "created_at")
+        .order_by("item_id", F("round__number").asc(nulls_first=True), "created_at", "id")  # newest round wins
         .values_list("item_id", "label_id", "probs")
     }
     picks: list[tuple[int, int | None]] = []
