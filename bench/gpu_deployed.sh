@@ -40,6 +40,15 @@
 # six engines' turns should take ~6 × 40 s; every throughput round drops the score cache, so the kill has shards
 # to kill; parity runs vllm and hf first). Then, in the time left on the warm machine, CLINC150 (SETS=clinc150).
 #
+# Session 21 (2026-12-05) staged that plan at 6c12779 (DEADLINE=750, THROUGHPUT=1:12000,4:100000,6:100000) in
+# seven 50 MB parts: all arrived and the run started, but the machine was taken back for other work ~5 min
+# into the first `wait`, with nothing fetched, and no machine was lent again that session. Lessons: the
+# working tree travels with every call and counts towards the 64 MiB (27 MB of tracked files in 2026-12:
+# 37 MB parts fit; 50 MB parts only with bench/raw's large .tgz files moved out of the tree for the
+# sitting, restored after); a refused start costs ~90 s of device budget, a machine start ~90 s; keep the
+# parts outside .gstage (.gparts/) until their call and never delete them before the run is over; use
+# shorter first `wait`s (e.g. 240 s) so a machine taken back loses less.
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
