@@ -257,3 +257,13 @@ class ExportSnapshotAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("project", "round", "status", "rows", "sha256", "model_version", "created_at")
     list_filter = ("status",)
     search_fields = ("project__name", "sha256", "error")
+
+
+@admin.register(models.WaitingItem)
+class WaitingItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Items for people that wait for the next round in labelling (annotate/services/people_queue.py)."""
+
+    list_display = ("project", "item", "source", "created_at")
+    list_filter = ("source",)
+    search_fields = ("project__name", "item__external_id")
+    raw_id_fields = ("item",)
