@@ -49,6 +49,13 @@
 # parts outside .gstage (.gparts/) until their call and never delete them before the run is over; use
 # shorter first `wait`s (e.g. 240 s) so a machine taken back loses less.
 #
+# Session 22 (2026-12-05, one H100) ran a smaller plan at bac3940 in six 58 MB parts (bench/raw moved out of the
+# tree for the sitting): GPU_WORKERS=4 GPU_SHARE=0.12 DEADLINE=700 SIM_SEEDS=3 SIM_LIMIT=680 THROUGHPUT=1:12000,4:100000
+# KILL=1 PARITY=1 PARITY_BUDGET=300; staging took 221 s of device time (92 s of it the machine's start), the
+# run then `wait 240` and `wait 560` (TREC to 950 labels, the simulation, throughput). The machine went back
+# during a pause on this side before the third `wait`, which then waited 525 s on a bare machine: `wait` now
+# exits at once where no run was started. The kill's and parity's outcomes were lost with it.
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
@@ -287,6 +294,9 @@ restart)  # there: stop a run's processes and set its files aside; the next `sta
 wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new round starts from now);
   # what it has written so far comes back under $OUT
   limit=${2:-540}; end=$(( $(date +%s) + limit ))
+  # a fresh machine (the held one went back between calls) has no run: say so at once instead of
+  # waiting out the limit on device time (session 22 lost 525 s that way)
+  [ -f "$RUN/started" ] || { echo "no run on this machine (a fresh one? the earlier run is gone): stage again"; exit 3; }
   [ "${3:-}" = stop ] && touch "$RUN/stop" && say "stop: no new round starts"
   while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$RUN/finished" ]; do
     sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null
