@@ -449,6 +449,14 @@ STRATEGY_NAMES = {
     "margin-kcenter": "Margin top-M, then k-center",
     "portfolio": "Portfolio (best measure wins)",
 }
+# What a round's strategy reads as on the Rounds page: the start form's names and the ones the app sets
+# itself (the cold start's rounds, a requested final model).
+ROUND_STRATEGY_NAMES = {
+    **STRATEGY_NAMES,
+    "active": "Active",
+    "cold-start": "Cold start (typical items)",
+    "final-model": "Final model",
+}
 
 
 class RoundStartForm(forms.Form):

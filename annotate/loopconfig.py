@@ -13,8 +13,9 @@ A round's configuration is resolved once, when the round is requested (``freeze_
 on the round with its fingerprint; every step of that round, in whichever process, reads it back
 (``round_config``), so a CPU planner and a GPU scorer cannot disagree on the prompt or the training.
 A worker checks that it can honour it (``worker_config``) and refuses by the option's name otherwise.
-The one exception is a worker's share of its GPU (``LOCAL_ENGINE_OPTIONS``): how many engines share a
-GPU is the host's business and changes no score.
+The exceptions are how a worker runs its engine on its GPU (``LOCAL_ENGINE_OPTIONS``): its share of the
+GPU (how many engines share one is the host's business) and vLLM's CUDA-graph capture (a faster start,
+the same kernels), which change no score.
 """
 
 from __future__ import annotations
@@ -347,7 +348,7 @@ CONFIG_VERSION = 1
 # Engine options that stay with the worker rather than the round: the share of the GPU a vLLM engine
 # takes depends on how many engines that host runs on it (compose's per-worker environment), and no
 # score depends on it. Every other option is the round's.
-LOCAL_ENGINE_OPTIONS = frozenset({"gpu_memory_utilization"})
+LOCAL_ENGINE_OPTIONS = frozenset({"gpu_memory_utilization", "cudagraph_capture_sizes", "cudagraph_mode"})
 
 
 class ConfigNotHonouredError(RuntimeError):

@@ -202,15 +202,15 @@ class Round(models.Model):
         WARM = "warm"  # each prod member continued from the previous round's member k
         SCRATCH = "scratch"  # fresh adapters on every label: the model is a function of the labelled set
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        SCORING = "scoring"
-        SELECTING = "selecting"
-        LABELING = "labeling"
-        TRAINING = "training"
-        EVALUATING = "evaluating"
-        DONE = "done"
-        FAILED = "failed"
+    class Status(models.TextChoices):  # the stored codes stay as they were; the labels are what people read
+        PENDING = "pending", "Waiting to start"
+        SCORING = "scoring", "Scoring"
+        SELECTING = "selecting", "Selecting"
+        LABELING = "labeling", "Labelling"
+        TRAINING = "training", "Training"
+        EVALUATING = "evaluating", "Evaluating"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
 
     ACTIVE_STATUSES = (
         Status.PENDING,

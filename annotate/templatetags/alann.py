@@ -78,6 +78,15 @@ def pct(value: Any, digits: int = 1) -> str:
 
 
 @register.filter
+def strategy_name(code: str) -> str:
+    """A round's strategy as the Rounds page names it: 'cold-start' → 'Cold start (typical items)';
+    a code it does not know is shown as it is."""
+    from annotate.forms_setup import ROUND_STRATEGY_NAMES
+
+    return ROUND_STRATEGY_NAMES.get(code, code)
+
+
+@register.filter
 def setup_steps(project: Project) -> dict[str, int]:
     """How far a project is: items, test items, members, rounds (the import page's next-step list)."""
     from annotate.selectors.projects import setup_progress

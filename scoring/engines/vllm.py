@@ -39,6 +39,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# vLLM's CUDAGraphMode names (vllm.config.compilation): the engine option takes the name, checked here so that a
+# misspelt one fails before vLLM is imported.
+CUDAGRAPH_MODES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
+
+
+def _compilation_config(capture_sizes: Sequence[int] | None, mode: str | None) -> dict[str, Any]:
+    """vLLM's compilation_config for the CUDA-graph options given; nothing (vLLM's defaults) without them."""
+    config: dict[str, Any] = {}
+    if capture_sizes:
+        config["cudagraph_capture_sizes"] = sorted(int(n) for n in capture_sizes)
+    if mode is not None:
+        config["cudagraph_mode"] = mode
+    return {"compilation_config": config} if config else {}
+
 
 def label_chunks(label_ids: Sequence[int], size: int) -> list[list[int]]:
     """The label ids in request-sized chunks (vLLM reports at most ``size`` requested logprobs)."""
@@ -188,7 +202,10 @@ class VLLMEngine:
         disable_log_stats: bool = True,
         seed: int = 0,
         cudagraph_capture_sizes: Sequence[int] | None = None,
+        cudagraph_mode: str | None = None,
     ) -> None:
+        if cudagraph_mode is not None and cudagraph_mode not in CUDAGRAPH_MODES:
+            raise ValueError(f"cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {cudagraph_mode!r}")
         self.in_process = engine_core_in_process()  # before vLLM reads its environment
         self.enable_lora = enable_lora
         self.max_model_len = max_model_len
@@ -216,17 +233,23 @@ class VLLMEngine:
             enforce_eager=enforce_eager,  # True skips torch.compile + CUDA graphs (faster start, slower steps)
             disable_log_stats=disable_log_stats,  # False is required for get_metrics() (prefix-cache hit rate)
             # None: vLLM's own list of batch sizes to capture CUDA graphs for. Capturing took 18 s of a 57.5 s
-            # warm start in session 19; a short list (e.g. [1, 8, 64, 256, 1024]) starts faster, each step
-            # padded to the next captured size. Not yet measured on the GPU: an option, not a default.
-            **(
-                {"compilation_config": {"cudagraph_capture_sizes": sorted(int(n) for n in cudagraph_capture_sizes)}}
-                if cudagraph_capture_sizes
-                else {}
-            ),
+            # warm start in session 19 and 37 s of 70.8 s in session 22 (51 sizes x FULL and PIECEWISE x with
+            # and without LoRA = 204 graphs); a short list (e.g. [1, 8, 64, 512]) starts faster, each step padded
+            # to the next captured size; a step larger than the largest runs without a graph.
+            # cudagraph_mode: scoring never decodes (max_tokens=1: every step is a prefill), so vLLM's FULL
+            # graphs (used for uniform decode batches) are never replayed: "PIECEWISE" halves the capture,
+            # "NONE" skips it (the torch.compile'd code still runs). Options, not defaults, until measured.
+            **_compilation_config(cudagraph_capture_sizes, cudagraph_mode),
         )
         self.last_timings: dict[str, float] = {}
 
     def _start(self, model_dir: str, **options: Any) -> Any:
+        compilation = options.get("compilation_config")
+        if compilation and "cudagraph_mode" in compilation:  # vLLM's enum, not its name
+            from vllm.config import CUDAGraphMode
+
+            mode = CUDAGraphMode[compilation["cudagraph_mode"]]
+            options["compilation_config"] = {**compilation, "cudagraph_mode": mode}
         from vllm import LLM
 
         with real_std_streams():

@@ -285,12 +285,14 @@ def test_problem_3_first_account_on_an_empty_install_password_change_and_deactiv
             # Every user changes their own password (here the annotator), then logs in with the new one.
             other = browser.new_context(base_url=live.url).new_page()
             _log_in_form(other, "ann", "pw-ann-secret")
+            other.get_by_role("button", name="ann").click()  # the account menu, under the user's name
             other.get_by_role("link", name="Password").click()
             other.fill("input[name=old_password]", "pw-ann-secret")
             other.fill("input[name=new_password1]", "ann-new-password-7")
             other.fill("input[name=new_password2]", "ann-new-password-7")
             other.get_by_role("button", name="Change password").click()
             other.get_by_text("Password changed").first.wait_for()
+            other.get_by_role("button", name="ann").click()
             other.get_by_role("button", name="Log out").click()
             _log_in_form(other, "ann", "pw-ann-secret")
             other.get_by_text("Wrong username or password.").wait_for()

@@ -172,7 +172,7 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     ml.evaluate("window.__no_reload = true")
     ml.get_by_role("button", name="Start next round").click()
     ml.get_by_text("Round 1 requested.").wait_for()
-    ml.locator("#round-1 .status", has_text="labeling").wait_for(timeout=120_000)  # the worker chose the batch
+    ml.locator("#round-1 .status[data-status=labeling]").wait_for(timeout=120_000)  # the worker chose the batch
     shot(ml, "ml-round-1-labeling")
 
     # -- two annotators: the test set, then the batch (overlap items go to both) ----------------------
@@ -227,7 +227,7 @@ def test_empty_install_to_a_trained_model_in_the_browser(
     lead.locator(".decided").wait_for()
     shot(lead, "lead-decided")
 
-    ml.locator("#round-1 .status", has_text="done").wait_for(timeout=240_000)
+    ml.locator("#round-1 .status[data-status=done]").wait_for(timeout=240_000)
     ml.locator("#learning-curve img").wait_for()
     assert ml.evaluate("window.__no_reload === true")  # the curve came in by the live refresh
     assert "Test accuracy" in ml.locator("#round-1").inner_text()

@@ -141,3 +141,33 @@ def test_issue32_people_table_reads_as_cards_on_a_phone(
     aligned = page.eval_on_selector_all("#people td", "cells => cells.map(c => getComputedStyle(c).textAlign)")
     assert aligned and set(aligned) == {"left"}, aligned  # a card's "Labels: 3", not a number pushed right
     page.locator("#people").screenshot(path=str(artifacts_dir / "usability-phone-people.png"))
+
+
+def test_issue32_laptop_top_bar_is_one_line_for_every_role(live_app: LiveServer, user_page: Any, project: int) -> None:
+    """At 1280 px an all-role user (13 project links, the project's name, the account) gets one line with
+    every link in view: the account (Password, Log out) folds behind a button with the user's name, which
+    the keyboard opens and Escape closes. At 1024 px every link still shows, with no sideways scroll."""
+    page = user_page("usable-wide", roles=["annotator", "lead", "ml"])
+    bar = page.locator("header.topbar")
+    account = bar.get_by_role("button", name="usable-wide")
+    log_out = bar.get_by_role("button", name="Log out")
+    for width in (1280, 1024):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.goto(f"/p/{project}/ml/")
+        height = bar.bounding_box()["height"]
+        if width == 1280:
+            assert height <= 56, f"{width}px: the top bar is {height:.0f}px tall: more than one line"
+        links = bar.locator("nav a")
+        assert links.count() == 13 and all(links.nth(i).is_visible() for i in range(13))
+        no_sideways_scroll(page)
+        assert account.is_visible() and not log_out.is_visible()
+    account.focus()
+    page.keyboard.press("Enter")
+    assert account.get_attribute("aria-expanded") == "true" and log_out.is_visible()
+    assert bar.get_by_role("link", name="Password").is_visible()
+    page.keyboard.press("Escape")
+    assert account.get_attribute("aria-expanded") == "false" and not log_out.is_visible()
+    assert page.evaluate("document.activeElement.textContent.trim()").startswith("usable-wide")
+    account.click()
+    page.locator("main").click(position={"x": 5, "y": 5})  # a click elsewhere closes it
+    assert not log_out.is_visible()

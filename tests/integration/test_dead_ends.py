@@ -51,7 +51,7 @@ def test_issue32_auto_label_pages_have_the_project_navigation(team: dict[str, An
     project = team["project"]
     page = team["ml"].get(reverse(route, args=[project.pk])).content.decode()
     nav = page.split("<nav")[1].split("</nav>")[0]
-    assert '<span class="project-name" title="Project">news</span>' in nav
+    assert '<span class="project-name" title="Project: news">news</span>' in nav
     for name in ("Items", "Export", "Agreement", "Rounds", "Setup"):
         assert f">{name}</a>" in nav, name
     assert f'href="{reverse("lead_home", args=[project.pk])}"' not in nav  # a lead's page: 403 for ML staff

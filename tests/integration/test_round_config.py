@@ -133,12 +133,16 @@ def test_a_scoring_task_on_such_a_worker_fails_the_round_with_that_message(
 
 
 def test_the_local_share_of_the_gpu_stays_with_the_worker(monkeypatch: Any, settings: Any) -> None:
-    settings.LOOP_OPTIONS = {**OPTIONS, "engine_options": {"gpu_memory_utilization": 0.5, "batch_size": 32}}
+    settings.LOOP_OPTIONS = {
+        **OPTIONS,
+        "engine_options": {"gpu_memory_utilization": 0.5, "batch_size": 32, "cudagraph_mode": "NONE"},
+    }
     row = round_request_start(project=_project(), user=None, run_here=True)
     assert row.config["loop"]["engine_options"] == {"batch_size": 32}  # not frozen: the host's business
-    _as_worker(monkeypatch, settings, gpu=True, options={"engine_options": {"gpu_memory_utilization": 0.15}})
+    own = {"gpu_memory_utilization": 0.15, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 512]}
+    _as_worker(monkeypatch, settings, gpu=True, options={"engine_options": own})
     monkeypatch.setattr(loopconfig, "check_honourable", lambda config, round_number: None)  # no vLLM here
-    assert dict(worker_config(row).engine_options) == {"batch_size": 32, "gpu_memory_utilization": 0.15}
+    assert dict(worker_config(row).engine_options) == {"batch_size": 32, **own}
 
 
 def test_a_round_of_an_older_release_is_frozen_once_on_first_read(settings: Any) -> None:

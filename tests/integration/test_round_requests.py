@@ -94,5 +94,23 @@ def test_ml_page_starts_a_round_with_the_selected_strategy(project: Project) -> 
     refused = client.post(start, {"strategy": "smart"}, headers={"HX-Request": "true"}).content.decode()
     assert f"unknown strategy smart; expected one of {ALLOWED}" in refused and not Round.objects.exists()
     response = client.post(start, {"strategy": "kcenter-only"}, headers={"HX-Request": "true"}).content.decode()
-    assert "Round 1 requested." in response and '<div class="muted strategy">kcenter-only</div>' in response
+    assert (
+        "Round 1 requested." in response
+        and '<div class="muted strategy" data-strategy="kcenter-only">Diversity only (k-center)</div>' in response
+    )
     assert Round.objects.get(project=project).strategy == "kcenter-only"
+
+
+def test_issue32_the_rounds_page_names_steps_and_strategies_in_words(project: Project) -> None:
+    """The Rounds page shows a round's step and strategy as words ('Labelling', 'Cold start (typical
+    items)', 'Waiting to start'), not the stored codes ('labeling', 'cold-start', 'pending'); the codes
+    stay in data attributes for scripts and tests."""
+    Round.objects.create(project=project, number=1, status="labeling", strategy="cold-start")
+    Round.objects.create(project=project, number=2, status="failed", strategy="final-model", failure_reason="x")
+    client = Client()
+    client.force_login(user_create(username="mel", password="pw-12345678", roles=["ml"]))
+    page = client.get(reverse("ml_home", args=[project.pk])).content.decode()
+    assert '<strong class="status" data-status="labeling">Labelling</strong>' in page
+    assert 'data-strategy="cold-start">Cold start (typical items)</div>' in page
+    assert '<strong class="status" data-status="failed">Failed</strong>' in page and ">Final model</div>" in page
+    assert ">labeling<" not in page and ">cold-start<" not in page

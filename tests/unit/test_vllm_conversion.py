@@ -183,3 +183,21 @@ def test_cuda_graph_sizes_reach_vllm_only_when_asked(monkeypatch: pytest.MonkeyP
     VLLMEngine("/nowhere")
     assert seen[0]["compilation_config"] == {"cudagraph_capture_sizes": [1, 8, 64]}
     assert "compilation_config" not in seen[1]
+
+
+def test_cuda_graph_mode_reaches_vllm_by_name_and_a_wrong_one_fails_before_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cudagraph_mode (prefill-only scoring never replays FULL graphs) joins the capture sizes in
+    compilation_config; a name vLLM does not have is refused in the constructor, before any import of vLLM."""
+    from scoring.engines.vllm import VLLMEngine
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: seen.append(options))
+    VLLMEngine("/nowhere", cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[512, 8])
+    VLLMEngine("/nowhere", cudagraph_mode="NONE")
+    assert seen[0]["compilation_config"] == {"cudagraph_capture_sizes": [8, 512], "cudagraph_mode": "PIECEWISE"}
+    assert seen[1]["compilation_config"] == {"cudagraph_mode": "NONE"}
+    with pytest.raises(ValueError, match="cudagraph_mode must be one of"):
+        VLLMEngine("/nowhere", cudagraph_mode="piecewise-ish")
+    assert len(seen) == 2
