@@ -56,6 +56,12 @@
 # during a pause on this side before the third `wait`, which then waited 525 s on a bare machine: `wait` now
 # exits at once where no run was started. The kill's and parity's outcomes were lost with it.
 #
+# Session 23 (2026-12-05, H100, 8364886): three refused starts cost 360 s, so a short run: LABELS=400 DEADLINE=450 SIM_SEEDS=0
+# THROUGHPUT=4:100000 KILL=1 PARITY=1 PARITY_BUDGET=320 and GPU_LOOP with "cudagraph_mode": "PIECEWISE",
+# "cudagraph_capture_sizes": [1, 8, 64, 512]; staging ~60 s of calls after the start, then `wait 240`, `wait 555`
+# (rounds, throughput, the kill done; parity running). Parity was lost to a stall on this side again: next time run
+# parity first (PARITY before the throughput rounds) or give the last `wait` all that is left in one call.
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
