@@ -213,9 +213,10 @@ def _cold_mode(raw: Mapping[str, Any]) -> str:
 
 
 def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The engine's options as given; the hf engine's packed_scoring is checked here, at start-up,
-    rather than when a worker first builds the engine mid-round."""
+    """The engine's options as given; the hf engine's packed_scoring and vLLM's CUDA-graph options are
+    checked here, at start-up, rather than when a worker first builds the engine mid-round."""
     from scoring.engines.hf import packed_choice
+    from scoring.engines.vllm import CUDAGRAPH_MODES
 
     options = dict(raw.get("engine_options", {}))
     if "packed_scoring" in options:
@@ -223,6 +224,17 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
             packed_choice(options["packed_scoring"], on_gpu=False)
         except ValueError as exc:
             raise ValueError(f"loop option engine_options: {exc}") from None
+    mode = options.get("cudagraph_mode")
+    if mode is not None and mode not in CUDAGRAPH_MODES:
+        raise ValueError(
+            f"loop option engine_options: cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {mode!r}"
+        )
+    sizes = options.get("cudagraph_capture_sizes")
+    if sizes is not None and not (isinstance(sizes, list) and sizes and all(type(n) is int and n > 0 for n in sizes)):
+        raise ValueError(
+            "loop option engine_options: cudagraph_capture_sizes must be a non-empty list of positive "
+            f"whole numbers (batch sizes), got {sizes!r}"
+        )
     return tuple(sorted(options.items()))
 
 

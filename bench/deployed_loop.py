@@ -554,6 +554,14 @@ def main(argv: list[str] | None = None) -> int:
         for p in projects:
             facts = deployment.call("devtools.deployed_project:round_facts", project=p.project)
             (a.out / f"facts-{p.name}.json").write_text(json.dumps(facts, indent=1))
+        if a.after_projects:
+            # e.g. the engine parity on the adapters just trained, before the throughput rounds: a short
+            # sitting keeps what matters most (session 23 lost parity that ran last)
+            log(f"after the projects: {a.after_projects}")
+            t1 = time.time()
+            rc = subprocess.run(a.after_projects, shell=True, check=False).returncode
+            run["after_projects"] = {"command": a.after_projects, "exit": rc, "seconds": round(time.time() - t1, 1)}
+            run_path.write_text(json.dumps(run, indent=1))
         if a.throughput:
             with gpu_monitors(a.out, suffix="-throughput"):
                 Throughput(deployment=deployment, args=a, gpu_env=gpu_env).run(projects[0].project)
@@ -620,6 +628,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         type=lambda s: tuple(s.split("=", 1)),
         help="NAME=DIR whose train and test texts make the throughput pool (default: the --data sets)",
+    )
+    p.add_argument(
+        "--after-projects",
+        default="",
+        help="a shell command run (and waited for) once the projects' facts are written, before --throughput",
     )
     p.add_argument("--kill", action="store_true", help="then one more round like the largest, with a gpu worker killed")
     p.add_argument("--kill-at", type=float, default=0.4, help="share of the items scored when the kill comes")

@@ -145,6 +145,26 @@ def parse_variant(name: str) -> Variant:
     return Variant(name=name, kind=kind, options=tuple(sorted(options.items())))  # type: ignore[arg-type]
 
 
+HOST_OPTIONS = frozenset({"gpu_memory_utilization", "cudagraph_mode", "cudagraph_capture_sizes"})
+
+
+def vllm_host_options(raw: str) -> dict[str, Any]:
+    """--vllm-options: where the engine runs (its GPU share, its CUDA graphs), never what it computes
+    (dtype and the rest are the variant's): a comparison stays between the engines as the app runs them."""
+    if not raw:
+        return {}
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ParityInputError(f"--vllm-options is not JSON: {exc}") from None
+    if not isinstance(options, dict):
+        raise ParityInputError("--vllm-options must be a JSON object")
+    other = sorted(set(options) - HOST_OPTIONS)
+    if other:
+        raise ParityInputError(f"--vllm-options takes only {sorted(HOST_OPTIONS)}, not {other}")
+    return options
+
+
 def parse_set(spec: str) -> SetSpec:
     name, sep, rest = spec.partition("=")
     prompt, sep2, dirs = rest.partition(":")
@@ -432,7 +452,9 @@ def score_variant(variant: Variant, sets: list[SetSpec], builder: SetBuilder, ar
     cache_root = os.environ.get("VLLM_CACHE_ROOT") if variant.kind == "vllm" else None
     cache_before = dir_stats(cache_root)
     t0 = time.time()
-    engine = get_engine(variant.kind, str(args.model), **dict(variant.options))  # vLLM first: no torch work before
+    host = vllm_host_options(args.vllm_options) if variant.kind == "vllm" else {}
+    # vLLM first: no torch work before
+    engine = get_engine(variant.kind, str(args.model), **{**host, **dict(variant.options)})
     t1 = time.time()
     log(work, f"{variant.name}: engine ready in {t1 - t0:.1f}s ({t1 - launched:.1f}s after launch)")
     shard: dict[str, Any] | None = None
@@ -473,6 +495,7 @@ def score_variant(variant: Variant, sets: list[SetSpec], builder: SetBuilder, ar
             "variant": variant.name,
             "kind": variant.kind,
             "options": dict(variant.options),
+            "host_options": host,
             "set": asdict(spec),
             "n_items": len(texts),
             "prefix_tokens": len(renderer.prefix_ids),
@@ -685,6 +708,8 @@ def _worker_args(args: argparse.Namespace, variants: Sequence[str], sets: Sequen
     argv += ["--n", str(args.n), "--news-n", str(args.news_n)]
     if args.labels_from:
         argv += ["--labels-from", str(args.labels_from)]
+    if args.vllm_options:
+        argv += ["--vllm-options", args.vllm_options]
     for v in variants:
         argv += ["--variant", v]
     for s in sets:
@@ -702,6 +727,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     extra = [parse_set(s) for s in args.set]
     sets = [checked, *extra]
     _check_adapter_dirs(sets)
+    vllm_host_options(args.vllm_options)  # a bad one fails here, not in each worker
     specs = [f"{s.name}={s.prompt}:{','.join(s.adapters)}" for s in sets]
     wanted = list(dict.fromkeys([args.candidate, args.reference, *[v for v in args.variants.split(",") if v]]))
     variants = [parse_variant(v) for v in wanted]
@@ -846,6 +872,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=0, help="items of --data scored (0: all)")
     p.add_argument("--news-n", type=int, default=512, help="items of the 'news' sets (the old bench compared 512)")
     p.add_argument("--launched-at", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--vllm-options",
+        default="",
+        help="JSON: the vllm variants' host options (gpu_memory_utilization, cudagraph_mode, "
+        "cudagraph_capture_sizes), e.g. beside running gpu workers",
+    )
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:

@@ -107,6 +107,8 @@ SIM_LABELS=${SIM_LABELS:-$LABELS}
 # test split): the app's engines (vllm, hf: bfloat16) and both in float32; PARITY_BUDGET seconds.
 PARITY=${PARITY:-}
 PARITY_BUDGET=${PARITY_BUDGET:-300}
+# its vLLM engines' GPU share and CUDA graphs: the gpu workers are still up (the throughput rounds follow)
+PARITY_VLLM=${PARITY_VLLM:-'{"gpu_memory_utilization": 0.2, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
 mkdir -p "$R" 2>/dev/null
 
@@ -269,27 +271,33 @@ run)  # there, detached (started by stage, from $R): services, then the driver
     --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
     --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
     --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" \
-    ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} $EXTRA
+    ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} $EXTRA \
+    ${PARITY:+--after-projects "bash $R/gpu_deployed.sh parity"}
   echo "driver exit $?"
-  if [ -n "$PARITY" ] && [ -f "$RUN/out/facts-$first.json" ]; then
-    # the last finished round's production members, as the gpu workers scored with them
-    adapters=$(python3 -c 'import json, sys
+  touch "$RUN/finished" ;;
+
+parity)  # there, called by the driver once the projects are done (--after-projects), before the throughput
+  # rounds: bench/engine_parity.py on the first set's last production adapters (its test split)
+  cd "$R/app" || exit 1
+  first=${SETS%% *}
+  [ -f "$RUN/out/facts-$first.json" ] || { echo "parity: no facts-$first.json"; exit 1; }
+  # the last finished round's production members, as the gpu workers scored with them
+  adapters=$(python3 -c 'import json, sys
 rounds = [r for r in json.load(open(sys.argv[1])) if r["status"] == "done" and r["adapters"]]
 print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod"))' "$RUN/out/facts-$first.json")
-    echo "parity on: $adapters"
-    P=$RUN/parity; mkdir -p "$P"
-    ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
-        VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
-      timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
-        --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
-        --adapters $adapters --variants vllm-fp32,hf-fp32 --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
-        --out "$P/bf16"
-      echo "parity (app engines, bfloat16) exit $?"
-      python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
-        --reference hf-fp32 --out "$P/fp32"
-      echo "parity (float32) exit $?" ) > "$P/parity.log" 2>&1
-  fi
-  touch "$RUN/finished" ;;
+  echo "parity on: $adapters"
+  P=$RUN/parity; mkdir -p "$P"
+  ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+      VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
+    timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
+      --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
+      --adapters $adapters --variants vllm-fp32,hf-fp32 --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
+      --vllm-options "$PARITY_VLLM" --out "$P/bf16"
+    echo "parity (app engines, bfloat16) exit $?"
+    python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
+      --reference hf-fp32 --out "$P/fp32"
+    echo "parity (float32) exit $?" ) > "$P/parity.log" 2>&1
+  ;;
 
 restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run
   pkill -f deployed_loop.py; pkill -f "manage.py simulate"; pkill -f "engine_parity.py"; pkill -f "celery -A config"; pkill -f "gunicorn config.wsgi"; sleep 3

@@ -69,6 +69,8 @@ def run_driver(*, data: Path, model_dir: Path, database_url: str, redis_url: str
         *("--database-url", database_url, "--redis-url", redis_url, "--step-timeout", "240"),
         *("--work", str(tmp_path / "work"), "--out", str(out)),
         *("--throughput", THROUGHPUT, "--kill", "--kill-at", str(KILL_AT)),
+        # the GPU sitting's parity hook: run once the projects' facts exist, before the throughput rounds
+        *("--after-projects", f"test -f {out}/facts-trec.json && [ ! -e {out}/throughput.jsonl ] && date > {out}/hook"),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
@@ -93,6 +95,8 @@ def test_throughput_rounds_and_a_killed_gpu_worker(shared_data: Path, tiny_llama
         out = run_driver(
             data=data, model_dir=tiny_llama_dir, database_url=database_url, redis_url=owned.url, tmp_path=tmp_path
         )
+    hook = json.loads((out / "run.json").read_text())["after_projects"]
+    assert hook["exit"] == 0 and (out / "hook").is_file(), hook  # after the facts, before any throughput record
     records = [json.loads(line) for line in (out / "throughput.jsonl").read_text().splitlines()]
     rounds = [r for r in records if r["kind"] == "round"]
     context = json.dumps(rounds, indent=1)[-6000:] + logs(out)

@@ -45,6 +45,19 @@ def test_variants_are_the_app_engines_with_one_changed_option_each() -> None:
             ep.parse_variant(bad)
 
 
+def test_vllm_host_options_say_where_the_engine_runs_never_what_it_computes() -> None:
+    assert ep.vllm_host_options("") == {}
+    assert ep.vllm_host_options('{"gpu_memory_utilization": 0.3, "cudagraph_mode": "PIECEWISE"}') == {
+        "gpu_memory_utilization": 0.3,
+        "cudagraph_mode": "PIECEWISE",
+    }
+    with pytest.raises(ep.ParityInputError, match=r"takes only .* not \['dtype'\]"):
+        ep.vllm_host_options('{"dtype": "float32"}')  # a variant's business (vllm-fp32)
+    for bad in ("{gpu", "[0.3]"):
+        with pytest.raises(ep.ParityInputError, match="--vllm-options"):
+            ep.vllm_host_options(bad)
+
+
 def test_sets_name_a_prompt_and_adapter_dirs() -> None:
     assert ep.parse_set("trained=data:/a/prod_0,/a/prod_1") == ep.SetSpec("trained", "data", ("/a/prod_0", "/a/prod_1"))
     assert ep.parse_set("base=news:") == ep.SetSpec("base", "news", ())
@@ -234,10 +247,11 @@ def test_the_vllm_worker_times_its_start_and_first_shard(
 ) -> None:
     from scoring import engines
 
-    fake, started = FakeVLLM(), []
+    fake, started, given = FakeVLLM(), [], []
 
     def get_engine(kind: str, model_dir: str, **options: object) -> FakeVLLM:
         started.append(kind)
+        given.append(options)
         return fake
 
     monkeypatch.setattr(engines, "get_engine", get_engine)
@@ -267,10 +281,12 @@ def test_the_vllm_worker_times_its_start_and_first_shard(
         f"b=data:{dirs[2]}",
         "--first-shard-items",
         "4",
+        "--vllm-options",
+        '{"gpu_memory_utilization": 0.3}',  # beside running gpu workers: a smaller share
     ]
     assert ep.main(argv) == 0
 
-    assert started == ["vllm"]
+    assert started == ["vllm"] and given == [{"gpu_memory_utilization": 0.3}]
     start = json.loads((work / "start-vllm.json").read_text())
     assert (start["shard_set"], start["shard_items"], start["requests"]) == ("a", 4, 8)
     assert start["cache_before"]["files"] == 1 and start["launch_to_first_shard_s"] >= start["engine_start_s"]

@@ -114,3 +114,16 @@ def test_consolidation_is_off_by_default_and_retrains_from_scratch_every_n_round
     assert modes(0) == ["scratch"] + ["warm"] * 6
     assert modes(3) == ["scratch", "warm", "scratch", "warm", "warm", "scratch", "warm"]
     assert modes(0, final_at=5) == ["scratch", "warm", "warm", "warm", "scratch", "warm", "warm"]
+
+
+def test_cuda_graph_options_are_checked_when_the_options_are_read() -> None:
+    """A misspelt cudagraph_mode or a bad capture-size list fails at start-up, not when a gpu worker first
+    builds its engine mid-round."""
+    good = {"cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 512]}
+    opts = parse_loop_options({"profile": "gpu", "engine_options": good})
+    assert dict(opts.engine_options) == good
+    with pytest.raises(ValueError, match=r"engine_options: cudagraph_mode must be one of \[.*got 'piecewise'"):
+        parse_loop_options({"profile": "gpu", "engine_options": {"cudagraph_mode": "piecewise"}})
+    for sizes in ([], [0, 8], [8, "64"], 512, [True], [1.5]):
+        with pytest.raises(ValueError, match="cudagraph_capture_sizes must be a non-empty list of positive whole"):
+            parse_loop_options({"profile": "gpu", "engine_options": {"cudagraph_capture_sizes": sizes}})
