@@ -235,6 +235,11 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
             "loop option engine_options: cudagraph_capture_sizes must be a non-empty list of positive "
             f"whole numbers (batch sizes), got {sizes!r}"
         )
+    kv = options.get("kv_cache_memory_bytes")
+    if kv is not None and not (type(kv) is int and kv > 0):
+        raise ValueError(
+            f"loop option engine_options: kv_cache_memory_bytes must be a positive whole number, got {kv!r}"
+        )
     return tuple(sorted(options.items()))
 
 
@@ -360,7 +365,9 @@ CONFIG_VERSION = 1
 # Engine options that stay with the worker rather than the round: the share of the GPU a vLLM engine
 # takes depends on how many engines that host runs on it (compose's per-worker environment), and no
 # score depends on it. Every other option is the round's.
-LOCAL_ENGINE_OPTIONS = frozenset({"gpu_memory_utilization", "cudagraph_capture_sizes", "cudagraph_mode"})
+LOCAL_ENGINE_OPTIONS = frozenset(
+    {"gpu_memory_utilization", "cudagraph_capture_sizes", "cudagraph_mode", "kv_cache_memory_bytes"}
+)
 
 
 class ConfigNotHonouredError(RuntimeError):

@@ -23,19 +23,27 @@ _ENGINES: dict[tuple[str, str, str], Engine] = {}
 # any other process on the GPU that frees memory in those seconds (a training step, an hf engine, another
 # worker's engine) fails the start although nothing is wrong. Seen on the H200 (session 18) with four gpu
 # workers and three simulations on one GPU: two of four engine starts failed so, and the round with them.
-# It is transient, so the start is tried again (still holding the start lock) a few times.
+# It is transient, so the start is tried again (still holding the start lock) a few times. It can also last: in
+# session 24 (H100, 403eb4c) one worker's start failed seven times in a row beside three simulations and the other
+# workers' training (a round waited 82 s). So a retry starts, where it can, with a fixed KV cache
+# (vLLM's kv_cache_memory_bytes), which skips that profiling (``fallback``).
 VLLM_TRANSIENT_START = "Error in memory profiling"
 VLLM_START_ATTEMPTS = 4
 VLLM_START_PAUSE_S = 5.0  # × the attempt number: lets the other process's step end
 
 
 def start_with_retries(
-    make: Callable[[], Engine], *, attempts: int = VLLM_START_ATTEMPTS, pause_s: float = VLLM_START_PAUSE_S
+    make: Callable[[], Engine],
+    *,
+    attempts: int = VLLM_START_ATTEMPTS,
+    pause_s: float = VLLM_START_PAUSE_S,
+    fallback: Callable[[], Engine] | None = None,
 ) -> Engine:
-    """``make()``, again after vLLM's transient memory-profiling assertion; any other error at once."""
+    """``make()``, again after vLLM's transient memory-profiling assertion (with ``fallback()`` from the second
+    attempt on, where given: a start that does not profile); any other error at once."""
     for attempt in range(1, attempts + 1):
         try:
-            return make()
+            return (make if attempt == 1 or fallback is None else fallback)()
         except AssertionError as exc:
             if VLLM_TRANSIENT_START not in str(exc) or attempt == attempts:
                 raise
@@ -43,6 +51,25 @@ def start_with_retries(
             gc.collect()  # what the failed start allocated, before the next one profiles
             time.sleep(pause_s * attempt)
     raise AssertionError("unreachable")
+
+
+def _fixed_kv_start(cls: type, model_dir: str, options: dict[str, Any]) -> Callable[[], Engine] | None:
+    """The vLLM start with a fixed KV cache sized to the worker's GPU share (``fixed_kv_cache_bytes``), unless
+    the options fix one already."""
+    if "kv_cache_memory_bytes" in options:
+        return None
+
+    def start() -> Engine:
+        from scoring.engines.vllm import DEFAULT_GPU_SHARE, fixed_kv_cache_bytes, gpu_total_bytes, model_weight_bytes
+
+        share = float(options.get("gpu_memory_utilization", DEFAULT_GPU_SHARE))
+        kv = fixed_kv_cache_bytes(gpu_total_bytes(), share, model_weight_bytes(model_dir))
+        if kv is None:  # the share leaves no room once the weights are counted: profile again
+            return cls(model_dir, **options)  # type: ignore[no-any-return]
+        log.warning("vllm engine start with a fixed KV cache of %.2f GiB (no memory profiling)", kv / 2**30)
+        return cls(model_dir, **options, kv_cache_memory_bytes=kv)  # type: ignore[no-any-return]
+
+    return start
 
 
 def _engine_class(kind: str) -> type:
@@ -78,7 +105,9 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
             asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 began = time.monotonic()
-                _ENGINES[key] = start_with_retries(lambda: cls(str(model_dir), **options))
+                _ENGINES[key] = start_with_retries(
+                    lambda: cls(str(model_dir), **options), fallback=_fixed_kv_start(cls, str(model_dir), options)
+                )
             # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
             log.info(
                 "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s;"

@@ -131,3 +131,65 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
     monkeypatch.setattr(registry, "_ENGINES", {})
     engine = registry.get_engine("vllm", "/nowhere")
     assert isinstance(engine, FakeVLLM) and events == ["preload", "lock", "start", "unlock"]
+
+
+def test_a_retry_after_the_profiling_assertion_starts_with_a_fixed_kv_cache() -> None:
+    """Session 24: one worker's start failed seven times in a row on vLLM's profiling while other processes
+    trained on the GPU; from the second attempt on, the fallback (a fixed KV cache, no profiling) starts."""
+    from scoring.engines.registry import start_with_retries
+
+    made: list[str] = []
+
+    def profiled() -> object:
+        made.append("profiled")
+        raise AssertionError("Error in memory profiling. Initial free memory 37.51 GiB, current free memory 40.99 GiB.")
+
+    def fixed() -> object:
+        made.append("fixed")
+        return "engine"
+
+    assert start_with_retries(profiled, attempts=4, pause_s=0, fallback=fixed) == "engine"  # type: ignore[arg-type]
+    assert made == ["profiled", "fixed"]
+    made.clear()
+    with pytest.raises(AssertionError, match="max_context"):  # other errors are not retried, fallback or not
+
+        def broken() -> object:
+            made.append("broken")
+            raise AssertionError("renderer max_context 4000 must be < max_model_len 2304")
+
+        start_with_retries(broken, attempts=4, pause_s=0, fallback=fixed)  # type: ignore[arg-type]
+    assert made == ["broken"]
+
+
+def test_the_fixed_kv_cache_keeps_the_engine_inside_its_share() -> None:
+    from scoring.engines.vllm import FIXED_KV_HEADROOM_BYTES, fixed_kv_cache_bytes
+
+    gib = 2**30
+    h100 = 80 * gib
+    # SmolLM2-135M (0.26 GiB of bf16 weights) at 0.12 of an H100: 9.6 - 0.52 - 2 GiB
+    kv = fixed_kv_cache_bytes(h100, 0.12, int(0.26 * gib))
+    assert kv == int(h100 * 0.12) - 2 * int(0.26 * gib) - FIXED_KV_HEADROOM_BYTES
+    assert 6.9 * gib < kv < 7.2 * gib
+    assert fixed_kv_cache_bytes(h100, 0.9, 16 * gib) == int(h100 * 0.9) - 32 * gib - FIXED_KV_HEADROOM_BYTES
+    assert fixed_kv_cache_bytes(h100, 0.04, int(0.26 * gib)) is None  # under 1 GiB left: profile instead
+
+
+def test_the_fallback_is_sized_from_the_share_and_the_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from scoring.engines import registry, vllm
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 1000)
+    assert vllm.model_weight_bytes(str(tmp_path)) == 1000
+    monkeypatch.setattr(vllm, "gpu_total_bytes", lambda: 80 * 2**30)
+    seen: list[dict[str, object]] = []
+
+    class Fake:
+        def __init__(self, model_dir: str, **options: object) -> None:
+            seen.append(options)
+
+    start = registry._fixed_kv_start(Fake, str(tmp_path), {"gpu_memory_utilization": 0.12})
+    assert start is not None
+    start()
+    assert seen == [
+        {"gpu_memory_utilization": 0.12, "kv_cache_memory_bytes": vllm.fixed_kv_cache_bytes(80 * 2**30, 0.12, 1000)}
+    ]
+    assert registry._fixed_kv_start(Fake, str(tmp_path), {"kv_cache_memory_bytes": 2**31}) is None  # given: kept

@@ -127,3 +127,11 @@ def test_cuda_graph_options_are_checked_when_the_options_are_read() -> None:
     for sizes in ([], [0, 8], [8, "64"], 512, [True], [1.5]):
         with pytest.raises(ValueError, match="cudagraph_capture_sizes must be a non-empty list of positive whole"):
             parse_loop_options({"profile": "gpu", "engine_options": {"cudagraph_capture_sizes": sizes}})
+
+
+def test_a_fixed_kv_cache_is_a_positive_whole_number_of_bytes() -> None:
+    opts = parse_loop_options({"profile": "gpu", "engine_options": {"kv_cache_memory_bytes": 8 * 2**30}})
+    assert dict(opts.engine_options) == {"kv_cache_memory_bytes": 8 * 2**30}
+    for bad in (0, -1, 1.5, "8G", True):
+        with pytest.raises(ValueError, match="kv_cache_memory_bytes must be a positive whole number"):
+            parse_loop_options({"profile": "gpu", "engine_options": {"kv_cache_memory_bytes": bad}})

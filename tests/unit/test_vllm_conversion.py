@@ -201,3 +201,14 @@ def test_cuda_graph_mode_reaches_vllm_by_name_and_a_wrong_one_fails_before_vllm(
     with pytest.raises(ValueError, match="cudagraph_mode must be one of"):
         VLLMEngine("/nowhere", cudagraph_mode="piecewise-ish")
     assert len(seen) == 2
+
+
+def test_a_fixed_kv_cache_reaches_vllm_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scoring.engines.vllm import VLLMEngine
+
+    seen: list[dict] = []
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: seen.append(options))
+    VLLMEngine("/nowhere", kv_cache_memory_bytes=7 * 2**30)
+    VLLMEngine("/nowhere")
+    assert seen[0]["kv_cache_memory_bytes"] == 7 * 2**30
+    assert "kv_cache_memory_bytes" not in seen[1]
