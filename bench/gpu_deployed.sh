@@ -107,6 +107,7 @@ SIM_LABELS=${SIM_LABELS:-$LABELS}
 # test split): the app's engines (vllm, hf: bfloat16) and both in float32; PARITY_BUDGET seconds.
 PARITY=${PARITY:-}
 PARITY_BUDGET=${PARITY_BUDGET:-300}
+PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (empty: all; sorted sets then hold few classes)
 # its vLLM engines' GPU share and CUDA graphs: the gpu workers are still up (the throughput rounds follow)
 PARITY_VLLM=${PARITY_VLLM:-'{"gpu_memory_utilization": 0.2, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
@@ -291,7 +292,7 @@ print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod"))
       VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
     timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
       --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
-      --adapters $adapters --variants vllm-fp32,hf-fp32 --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
+      --adapters $adapters --variants vllm-fp32,hf-fp32 ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
       --vllm-options "$PARITY_VLLM" --out "$P/bf16"
     echo "parity (app engines, bfloat16) exit $?"
     python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
