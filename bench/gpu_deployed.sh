@@ -62,6 +62,17 @@
 # (rounds, throughput, the kill done; parity running). Parity was lost to a stall on this side again: next time run
 # parity first (PARITY before the throughput rounds) or give the last `wait` all that is left in one call.
 #
+# Session 24 (2026-12-05, H100, 403eb4c): TREC to 1,000 labels with SIM_SEEDS=3 SIM_LIMIT=760 DEADLINE=700
+# THROUGHPUT=4:100000 PARITY=1 PARITY_BUDGET=360 (parity now runs through deployed_loop.py --after-projects, before
+# the throughput round) and the same GPU_LOOP: staged, then `wait 240`, `wait 570`; all of it in 917 s of device time.
+#
+# Session 25 (2026-12-06): CLINC150 to 1,000 labels, no simulation beside it (its rounds are the long ones: 15,100
+# pool items x 4 adapters x 2 label chunks), parity on its adapters:
+#   RUN_COMMIT=<sha> SETS=clinc150 GPU_WORKERS=4 GPU_SHARE=0.12 LABELS=1000 DEADLINE=800 SIM_SEEDS=0 PARITY=1 \
+#     PARITY_BUDGET=240 EXTRA="--step-timeout 300" GPU_LOOP=<as session 23> \
+#     PARITY_VLLM='{"gpu_memory_utilization": 0.15, ...}' bash bench/gpu_deployed.sh stage
+# (packed with SETS=clinc150). Refused machine starts cost 90-180 s each: wait out the "later means" time.
+#
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
 # `wait`'s files for a few minutes before the next call. Fetch, then call `wait` again at once; read later.
