@@ -240,6 +240,9 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         raise ValueError(
             f"loop option engine_options: kv_cache_memory_bytes must be a positive whole number, got {kv!r}"
         )
+    invariant = options.get("batch_invariant")
+    if invariant is not None and type(invariant) is not bool:
+        raise ValueError(f"loop option engine_options: batch_invariant must be true or false, got {invariant!r}")
     return tuple(sorted(options.items()))
 
 

@@ -101,7 +101,8 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
             log.info("hf engine started in %.1f s (%s)", time.monotonic() - began, model_dir)
         else:
             preload = getattr(cls, "preload", None)
-            imported = preload() if preload is not None else 0.0  # outside the lock: no GPU memory
+            # outside the lock: no GPU memory; batch invariance is read when vLLM is imported
+            imported = preload(batch_invariant=bool(options.get("batch_invariant"))) if preload is not None else 0.0
             asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 began = time.monotonic()

@@ -113,11 +113,11 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
 
     class FakeVLLM:
         @staticmethod
-        def preload() -> float:
-            events.append("preload")
+        def preload(*, batch_invariant: bool = False) -> float:
+            events.append(f"preload invariant={batch_invariant}")
             return 1.5
 
-        def __init__(self, model_dir: str) -> None:
+        def __init__(self, model_dir: str, batch_invariant: bool = False) -> None:
             events.append("start")
 
     @contextlib.contextmanager
@@ -130,7 +130,11 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
     monkeypatch.setattr(registry, "start_lock", lock)
     monkeypatch.setattr(registry, "_ENGINES", {})
     engine = registry.get_engine("vllm", "/nowhere")
-    assert isinstance(engine, FakeVLLM) and events == ["preload", "lock", "start", "unlock"]
+    assert isinstance(engine, FakeVLLM) and events == ["preload invariant=False", "lock", "start", "unlock"]
+    # batch invariance is read when vLLM is imported: the preload before the lock is told
+    events.clear()
+    registry.get_engine("vllm", "/nowhere", batch_invariant=True)
+    assert events == ["preload invariant=True", "lock", "start", "unlock"]
 
 
 def test_a_retry_after_the_profiling_assertion_starts_with_a_fixed_kv_cache() -> None:

@@ -135,3 +135,16 @@ def test_a_fixed_kv_cache_is_a_positive_whole_number_of_bytes() -> None:
     for bad in (0, -1, 1.5, "8G", True):
         with pytest.raises(ValueError, match="kv_cache_memory_bytes must be a positive whole number"):
             parse_loop_options({"profile": "gpu", "engine_options": {"kv_cache_memory_bytes": bad}})
+
+
+def test_batch_invariance_is_a_round_option_given_as_true_or_false() -> None:
+    """batch_invariant changes the scores (by rounding), so it is frozen into the round like K or the dtype,
+    never a worker's local option; anything but a JSON boolean is refused at start-up."""
+    from annotate.loopconfig import LOCAL_ENGINE_OPTIONS
+
+    assert "batch_invariant" not in LOCAL_ENGINE_OPTIONS
+    opts = parse_loop_options({"profile": "gpu", "engine_options": {"batch_invariant": True}})
+    assert dict(opts.engine_options) == {"batch_invariant": True}
+    for bad in (1, "true", "yes"):
+        with pytest.raises(ValueError, match="batch_invariant must be true or false"):
+            parse_loop_options({"profile": "gpu", "engine_options": {"batch_invariant": bad}})

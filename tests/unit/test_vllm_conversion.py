@@ -5,6 +5,7 @@ tests/integration/test_hf_engine.py."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -212,3 +213,30 @@ def test_a_fixed_kv_cache_reaches_vllm_only_when_given(monkeypatch: pytest.Monke
     VLLMEngine("/nowhere")
     assert seen[0]["kv_cache_memory_bytes"] == 7 * 2**30
     assert "kv_cache_memory_bytes" not in seen[1]
+
+
+def test_batch_invariance_is_asked_for_before_vllm_is_imported_and_refused_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """batch_invariant sets VLLM_BATCH_INVARIANT (vLLM reads it at import); once vLLM was imported without
+    it, asking is refused with the fix named rather than silently scoring batch-dependent numbers."""
+    import sys
+    import types
+
+    from scoring.engines.vllm import VLLMEngine, batch_invariance
+
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    assert batch_invariance(False) is False
+    assert "VLLM_BATCH_INVARIANT" not in os.environ  # off: the deployment's environment is left alone
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: None)
+    assert VLLMEngine("/nowhere", batch_invariant=True).batch_invariant is True
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "1"
+
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT")
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))  # imported without it
+    with pytest.raises(ValueError, match="imported in this process without VLLM_BATCH_INVARIANT=1"):
+        VLLMEngine("/nowhere", batch_invariant=True)
+    assert VLLMEngine("/nowhere").batch_invariant is False
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")  # set by the deployment: on, whatever the option says
+    assert VLLMEngine("/nowhere", batch_invariant=True).batch_invariant is True
