@@ -37,6 +37,20 @@ TEXT = re.compile(r'<article class="item-text"[^>]*>(.*?)</article>', re.S)
 BUTTON = re.compile(
     r'<button type="submit" name="label" value="(\d+)".*?>\s*(?:<kbd>[^<]*</kbd>\s*)?([^<]+?)</button>', re.S
 )
+# a project with more labels than buttons (issue 32: more than nine) offers the rest in the "Other labels" form,
+# a search box with JavaScript and a plain select without: the oracle posts that form as a browser without JS
+MORE_FORM = re.compile(r'<form class="label-more".*?</form>', re.S)
+OPTION = re.compile(r'<option value="(\d+)"[^>]*>([^<]+)</option>')
+
+
+def label_values(page: str) -> dict[str, str]:
+    """label name → the value the annotate page posts for it: its buttons, then its "Other labels" select."""
+    values = {html.unescape(name).strip(): value for value, name in BUTTON.findall(page)}
+    more = MORE_FORM.search(page)
+    if more is not None:
+        for value, name in OPTION.findall(more.group(0)):
+            values.setdefault(html.unescape(name).strip(), value)
+    return values
 
 
 def stop_groups(procs: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -174,8 +188,10 @@ def label_over_http(session: requests.Session, base: str, project: int, gold: di
         if shown is None:
             raise AssertionError("the annotate page shows no item text")
         text = html.unescape(shown.group(1).replace("<br>", "\n")).strip()
-        buttons = {html.unescape(name).strip(): value for value, name in BUTTON.findall(page.text)}
-        data = {"item": match.group(1), "label": buttons[gold[text]], "queue": "batch"}
+        labels = label_values(page.text)
+        if gold[text] not in labels:
+            raise AssertionError(f"the annotate page offers no label {gold[text]!r} ({len(labels)} offered)")
+        data = {"item": match.group(1), "label": labels[gold[text]], "queue": "batch"}
         page = session.post(f"{base}/p/{project}/annotate/label/", data, headers=headers, timeout=60)
         page.raise_for_status()
         done += 1

@@ -289,6 +289,29 @@ def test_problem_7_more_than_nine_labels_keys_the_nine_most_used(make_user: Call
     assert len(choice.more) == 21 and labels[7] in choice.more and labels[20] not in choice.more
 
 
+def test_the_http_oracle_finds_every_label_of_a_project_with_more_than_nine(client_alice: Client) -> None:
+    """The deployed run's annotators post the page's forms over HTTP (devtools/deployed.py): with more labels
+    than buttons the rest are in the "Other labels" form, and the oracle must find them there. Session 25's
+    CLINC150 run (151 labels) failed on its first item when it read the buttons only."""
+    from devtools.deployed import label_values
+
+    many = project_create(name="many labels", labels=[LabelInput(f"label {i}", f"c{i}") for i in range(30)])
+    items = Item.objects.bulk_create(
+        Item(project=many, external_id=f"m{i}", text=f"many {i}", text_hash=f"mh{i}") for i in range(3)
+    )
+    labeling = Round.objects.create(project=many, number=1, status=Round.Status.LABELING)
+    BatchItem.objects.bulk_create(
+        BatchItem(round=labeling, item=item, source="random", rank=rank) for rank, item in enumerate(items)
+    )
+    page = client_alice.get(reverse("annotate", args=[many.pk])).content.decode()
+    values = label_values(page)
+    assert values == {lab.name: str(lab.pk) for lab in many.labels.all()}
+    item = Item.objects.get(project=many, text=next(i.text for i in items if i.text in page))
+    data = {"item": item.pk, "label": values["label 29"], "queue": "batch"}
+    posted = client_alice.post(reverse("annotate_label", args=[many.pk]), data, headers={"HX-Request": "true"})
+    assert posted.status_code == 200 and Annotation.objects.get(item=item).label.name == "label 29"
+
+
 def test_guidelines_are_rendered_and_sanitised(project: Project) -> None:
     project.guidelines = "# Rules\n\n**Irony** counts as negative.<script>alert(1)</script> [x](javascript:alert(1))"
     html = guidelines_html(project=project)
