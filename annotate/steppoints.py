@@ -6,7 +6,8 @@ dotted path names a callable ``hook(point, key)``.
 Points: ``import`` (an import's insert, after its first chunk, inside the transaction; key: the file
 name), ``score`` (a shard, after its first scored chunk was cached and counted; key: the round's
 number), ``select`` (a batch chosen, not yet written), ``evaluate`` (the test set scored, metrics not
-yet written), ``autolabel`` (a bulk run's shard, after a chunk's decisions committed; key: the shard's
+yet written), ``evaluate_progress`` (a chunk of the evaluation scored and counted on the round; key: the
+round's id), ``autolabel`` (a bulk run's shard, after a chunk's decisions committed; key: the shard's
 number), ``train`` (an adapter halfway, its checkpoint written; key ``<project name>-<arm>:<k>``),
 ``label_error_scan`` (a possible-label-errors scan's labels embedded, nothing written; key: the scan's id)."""
 

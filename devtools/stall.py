@@ -13,7 +13,8 @@ passes the point.
 
 Points: ``import`` (an import's insert, after its first chunk, inside the transaction), ``score`` (a
 shard, after its first scored chunk was cached and counted), ``select`` (a batch chosen, not yet
-written), ``evaluate`` (the test set scored, metrics not yet written), ``autolabel`` (a bulk run's
+written), ``evaluate`` (the test set scored, metrics not yet written), ``evaluate_progress`` (a chunk of the
+evaluation scored and counted; key: the round's id), ``autolabel`` (a bulk run's
 shard, after a chunk's decisions committed; key: the shard's number), ``calibrate`` (a calibration's
 items scored, nothing written; key: its id), ``train`` (an adapter halfway, its checkpoint written;
 key ``<project name>-<arm>:<k>``), ``label_error_scan`` (a label-error scan's labels embedded, nothing

@@ -73,6 +73,7 @@ class _Counted:
             Round.objects.filter(id=self.round_id).update(
                 eval_items_done=Least(Value(self.done), F("eval_items_total")), unit_seconds=rate
             )
+            steppoints.reached("evaluate_progress", self.round_id)
         return ScoreResult(
             p=np.concatenate([r.p for r in parts], axis=1),
             mass=np.concatenate([r.mass for r in parts], axis=1),
