@@ -36,7 +36,7 @@
 # bash bench/gpu_8b.sh prep && ... score (no staging). GPU_SHARE=0.9 expects the GPU to itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=${1:?usage: gpu_8b.sh pack|part NN|stage|prep|score}
+MODE=${1:?usage: gpu_8b.sh pack|part NN|stage|prep|score|invariance}
 STAGE=${L8_STAGE:-/root/stage-8b}    # the parts, as they arrive
 R=${L8_ROOT:-/root/l8}               # the tokenizer, the model, the adapters, logs, vLLM's compile cache
 VSITE=${VSITE:-$R/vsite}             # vLLM and its dependencies (the shared bundle's site)
@@ -174,6 +174,30 @@ score)  # there: wait for prep, then the workloads on vLLM; results under $OUT a
   grep -hE "Loading weights took|Model loading took|torch.compile take|Graph capturing finished|init engine|KV cache" \
     "$OUT/score.log" >> "$OUT/progress.log" 2>/dev/null
   say "score exit $status (0: done; 124: BUDGET ran out, the JSON holds the chunks that ended)"
+  exit $status ;;
+invariance)  # there: bench/batch_invariance.py on the prepared model (SHAPE=smollm2-135m), without then with
+  # vLLM's batch-invariant kernels (issue 35 point 6), one process each: vLLM reads the switch at import
+  [ "$ENGINE" = hf ] || vllm_ready || { say "vLLM not installed yet"; exit 3; }
+  waited=0
+  while [ ! -f "$R/prep.done" ] && [ ! -f "$R/prep.failed" ] && (( waited < PREP_WAIT )); do sleep 5; waited=$(( waited + 5 )); done
+  [ -f "$R/prep.done" ] || { say "prep not done after ${waited}s"; cp "$R/logs/prep.log" "$OUT"/ 2>/dev/null; exit 4; }
+  say "prep done (waited ${waited}s)"
+  export PYTHONPATH=$VSITE${PYTHONPATH:+:$PYTHONPATH}
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
+  export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_WORKER_MULTIPROC_METHOD=spawn VLLM_CACHE_ROOT=$R/vllm-cache BENCH_COMMIT=$COMMIT
+  host=${INV_VLLM:-'{"gpu_memory_utilization": 0.3, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
+  status=0
+  for mode in ${INV_MODES:-off on}; do
+    left=$(( DEADLINE - $(date +%s) )); (( left > 30 )) || { say "no time left for $mode"; status=124; break; }
+    # shellcheck disable=SC2046
+    if [ "$ENGINE" = hf ]; then opts=(--engine hf); else opts=(--vllm-options "$host"); fi  # hf: the CPU rehearsal
+    [ "$mode" = on ] && opts+=(--batch-invariant)
+    step "invariance-$mode" "$left" "$PY" bench/batch_invariance.py run --model "$MODEL" --adapters $(adapter_dirs) \
+      --n "${INV_N:-2000}" "${opts[@]}" --out "$OUT/invariance-$mode.json" || status=$?
+    cp "$R/logs/invariance-$mode.log" "$OUT"/ 2>/dev/null
+  done
+  "$PY" bench/batch_invariance.py table "$OUT"/invariance-*.json > "$OUT/invariance.md" 2>&1
+  cat "$OUT/invariance.md"
   exit $status ;;
 *) echo "unknown mode $MODE"; exit 2 ;;
 esac

@@ -60,6 +60,19 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rope_theta": 500000.0,
         "rms_norm_eps": 1e-5,
     },
+    # SmolLM2-135M's shape (HuggingFaceTB/SmolLM2-135M-Instruct config.json), random weights: the app's model size
+    # for measurements that need no trained weights (bench/batch_invariance.py), with nothing but a tokenizer carried
+    "smollm2-135m": {
+        "hidden_size": 576,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "rope_theta": 100000.0,
+        "rms_norm_eps": 1e-5,
+    },
     "tiny": {
         "hidden_size": 64,
         "num_hidden_layers": 2,
