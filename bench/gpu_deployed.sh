@@ -72,6 +72,11 @@
 #     PARITY_BUDGET=240 EXTRA="--step-timeout 300" GPU_LOOP=<as session 23> \
 #     PARITY_VLLM='{"gpu_memory_utilization": 0.15, ...}' bash bench/gpu_deployed.sh stage
 # (packed with SETS=clinc150). Refused machine starts cost 90-180 s each: wait out the "later means" time.
+# What happened: six refused starts took 1,300 s of the 1,800; the one run that started stopped on its first item
+# (the HTTP annotators read only the label buttons; CLINC150's other 142 labels are in the "Other labels" form:
+# fixed in b25c7fe, tested on CPU), and stage had waited for TREC's data, not the first set's (fixed in b7d562e).
+# Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
+# (b7d562e did; 6a6b927 restored them).
 #
 # Back to back means back to back: the machine goes back ~30 s after a call returns, with everything on it.
 # Session 18 lost a sitting's second half (2- and 4-worker throughput, the kill, parity) by reading the first
@@ -296,7 +301,8 @@ parity)  # there, called by the driver once the projects are done (--after-proje
   # the last finished round's production members, as the gpu workers scored with them
   adapters=$(python3 -c 'import json, sys
 rounds = [r for r in json.load(open(sys.argv[1])) if r["status"] == "done" and r["adapters"]]
-print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod"))' "$RUN/out/facts-$first.json")
+print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod") if rounds else "")' "$RUN/out/facts-$first.json")
+  [ -n "$adapters" ] || { echo "parity: no finished round of $first has adapters (the project failed early?)"; exit 1; }
   echo "parity on: $adapters"
   P=$RUN/parity; mkdir -p "$P"
   ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
