@@ -16,6 +16,13 @@
 #   optional fifth call, same machine: the warm start (the compile cache is kept) and the app's own layout:
 #     COMMIT=<sha> TAG=warm LAYOUT=ensemble N=5000 PREFIX=224 BASE_N=0 bash bench/gpu_8b.sh score
 #
+# The batch-invariance check (issue 35 point 6; prepared in session 25, not yet run): the same pack and parts, with
+# SHAPE=smollm2-135m K=4 on every stage call (a random model of the app's size: build and adapters take seconds),
+# then in the last call `SHAPE=smollm2-135m K=4 COMMIT=<sha> BUDGET=400 INV_N=2000 bash bench/gpu_8b.sh stage &&
+# ... bash bench/gpu_8b.sh invariance`: bench/batch_invariance.py without, then with, the batch_invariant engine
+# option (INV_MODES="on off" puts the decisive one first); $OUT gets invariance-{off,on}.json and invariance.md.
+# Rehearsed on the CPU with ENGINE=hf INV_MODES=off (hf has no such option) and the L8_* paths below.
+#
 # stage keeps the call's part, unpacks the tokenizer once whole and starts `prep` detached (setsid, so it
 # outlives the call): build (init on the GPU in bf16 in seconds, 16 GB through the CPU into four safetensors
 # shards: ~1-2 min), then the adapters (a meta-device base model: ~20 s). It unpacks vLLM once its parts are
