@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -504,3 +506,10 @@ def check_honourable(config: LoopConfig, *, round_number: int) -> None:
     device = str(options.get("device") or "")
     if device.startswith("cuda") and not cuda_available():
         raise ConfigNotHonouredError(f"{where} has engine_options.device {device!r}, and {here} has no GPU")
+    invariant_here = os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")
+    if options.get("batch_invariant") and "vllm" in sys.modules and not invariant_here:
+        # vLLM reads the switch when it is imported (scoring/engines/vllm.py, batch_invariance)
+        raise ConfigNotHonouredError(
+            f"{where} has engine_options.batch_invariant, and {here} imported vLLM without it: give the gpu "
+            "workers' own loop options batch_invariant too (or their environment VLLM_BATCH_INVARIANT=1)"
+        )

@@ -116,6 +116,33 @@ def test_a_worker_that_cannot_honour_the_config_names_the_option(monkeypatch: An
     assert dict(worker_config(row).engine_options) == {"device": "cuda:0"}  # a GPU worker runs it
 
 
+def test_a_batch_invariant_round_on_a_worker_whose_vllm_was_imported_without_it_names_the_option(
+    monkeypatch: Any, settings: Any
+) -> None:
+    """vLLM reads VLLM_BATCH_INVARIANT when it is imported (a gpu worker imports it at start): a round frozen
+    with batch_invariant cannot be honoured by a worker that imported vLLM without it, and says so."""
+    import importlib.util
+    import sys
+    import types
+
+    settings.LOOP_OPTIONS = {**OPTIONS, "engine_options": {"batch_invariant": True}}
+    row = round_request_start(project=_project(engine="vllm"), user=None, run_here=True)
+    assert dict(round_config(row).engine_options) == {"batch_invariant": True}  # frozen: a round's option
+    _as_worker(monkeypatch, settings, gpu=True, options={})
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a)
+    )
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))  # a gpu worker's vLLM, imported at start
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    with pytest.raises(
+        ConfigNotHonouredError, match=r"engine_options\.batch_invariant, and this worker .* imported vLLM"
+    ):
+        worker_config(row)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")  # the worker started with it
+    assert dict(worker_config(row).engine_options) == {"batch_invariant": True}
+
+
 def test_a_scoring_task_on_such_a_worker_fails_the_round_with_that_message(
     monkeypatch: Any, settings: Any, tmp_path: Path
 ) -> None:
