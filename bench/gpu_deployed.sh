@@ -75,6 +75,9 @@
 # What happened: six refused starts took 1,300 s of the 1,800; the one run that started stopped on its first item
 # (the HTTP annotators read only the label buttons; CLINC150's other 142 labels are in the "Other labels" form:
 # fixed in b25c7fe, tested on CPU), and stage had waited for TREC's data, not the first set's (fixed in b7d562e).
+# Next sitting (planned): the session-25 command above with INVARIANCE=1 added (after parity, on the same adapters:
+# bench/batch_invariance.py with and without the batch_invariant engine option, results in run.tgz's invariance/),
+# then, if time is left, a kill round with batch_invariant in LOOP and GPU_LOOP (THROUGHPUT=4:40000 KILL=1).
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -123,6 +126,11 @@ SIM_LABELS=${SIM_LABELS:-$LABELS}
 # test split): the app's engines (vllm, hf: bfloat16) and both in float32; PARITY_BUDGET seconds.
 PARITY=${PARITY:-}
 PARITY_BUDGET=${PARITY_BUDGET:-300}
+# INVARIANCE=1: then bench/batch_invariance.py on the same adapters, with and without batch_invariant (each
+# process at most INVARIANCE_BUDGET seconds, INVARIANCE_N items, PARITY_VLLM's host options)
+INVARIANCE=${INVARIANCE:-}
+INVARIANCE_BUDGET=${INVARIANCE_BUDGET:-200}
+INVARIANCE_N=${INVARIANCE_N:-2000}
 PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (empty: all; sorted sets then hold few classes)
 # its vLLM engines' GPU share and CUDA graphs: the gpu workers are still up (the throughput rounds follow)
 PARITY_VLLM=${PARITY_VLLM:-'{"gpu_memory_utilization": 0.2, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
@@ -137,6 +145,14 @@ e = os.environ
 print(json.dumps({"PYTHONPATH": ":".join((e["VSITE"], e["SITE"], e["R"] + "/app")), "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_CACHE_ROOT": e["R"] + "/vllm-cache",
     "ALANN_LOOP_OPTIONS": e["GPU_LOOP"], "ALANN_ENGINE_PREWARM": e["PREWARM"], "OMP_NUM_THREADS": e.get("GPU_THREADS", "2")}))'
+}
+
+# the last finished round's production members of a set's project, as the gpu workers scored with them
+last_adapters() {
+  python3 -c 'import json, sys
+rounds = [r for r in json.load(open(sys.argv[1])) if r["status"] == "done" and r["adapters"]]
+print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod") if rounds else "")' \
+    "$RUN/out/facts-$1.json"
 }
 
 case $MODE in
@@ -284,12 +300,14 @@ run)  # there, detached (started by stage, from $R): services, then the driver
         --no-report --out "$RUN/sim/out" --work "$RUN/sim/work" > "$RUN/sim/sim.log" 2>&1
       echo "simulation exit $?" >> "$RUN/sim/sim.log" ) &
   fi
+  after=()  # parity and the batch-invariance check, on the adapters just trained, before the throughput rounds
+  [ -n "$PARITY$INVARIANCE" ] && after=(--after-projects "bash $R/gpu_deployed.sh after")
   timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \
     --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
     --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
     --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" \
     ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} $EXTRA \
-    ${PARITY:+--after-projects "bash $R/gpu_deployed.sh parity"}
+    "${after[@]}"
   echo "driver exit $?"
   touch "$RUN/finished" ;;
 
@@ -298,10 +316,7 @@ parity)  # there, called by the driver once the projects are done (--after-proje
   cd "$R/app" || exit 1
   first=${SETS%% *}
   [ -f "$RUN/out/facts-$first.json" ] || { echo "parity: no facts-$first.json"; exit 1; }
-  # the last finished round's production members, as the gpu workers scored with them
-  adapters=$(python3 -c 'import json, sys
-rounds = [r for r in json.load(open(sys.argv[1])) if r["status"] == "done" and r["adapters"]]
-print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod") if rounds else "")' "$RUN/out/facts-$first.json")
+  adapters=$(last_adapters "$first")
   [ -n "$adapters" ] || { echo "parity: no finished round of $first has adapters (the project failed early?)"; exit 1; }
   echo "parity on: $adapters"
   P=$RUN/parity; mkdir -p "$P"
@@ -315,6 +330,31 @@ print(" ".join(a["path"] for a in rounds[-1]["adapters"] if a["arm"] == "prod") 
     python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
       --reference hf-fp32 --out "$P/fp32"
     echo "parity (float32) exit $?" ) > "$P/parity.log" 2>&1
+  ;;
+
+after)  # there, called by the driver once the projects are done (--after-projects)
+  [ -n "$PARITY" ] && bash "$R/gpu_deployed.sh" parity
+  [ -n "$INVARIANCE" ] && bash "$R/gpu_deployed.sh" invariance
+  exit 0 ;;
+
+invariance)  # there (after parity): bench/batch_invariance.py on the first set's last adapters, with then without
+  # vLLM's batch-invariant kernels (issue 35 point 6), one process each (vLLM reads the switch at import)
+  cd "$R/app" || exit 1
+  first=${SETS%% *}
+  adapters=$(last_adapters "$first")
+  [ -n "$adapters" ] || { echo "invariance: no finished round of $first has adapters"; exit 1; }
+  I=$RUN/invariance; mkdir -p "$I"
+  ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+      VLLM_CACHE_ROOT=$R/vllm-cache VLLM_WORKER_MULTIPROC_METHOD=spawn BENCH_COMMIT=$RUN_COMMIT
+    for mode in on off; do
+      flag=(); [ "$mode" = on ] && flag=(--batch-invariant)
+      # shellcheck disable=SC2086
+      timeout -k 30 "$INVARIANCE_BUDGET" python3 bench/batch_invariance.py run --model "$LLM_DIR" --adapters $adapters \
+        --n "$INVARIANCE_N" --vllm-options "$PARITY_VLLM" "${flag[@]}" --out "$I/invariance-$mode.json"
+      echo "invariance $mode exit $?"
+    done
+    python3 bench/batch_invariance.py table "$I"/invariance-*.json > "$I/invariance.md"
+    cat "$I/invariance.md" ) > "$I/invariance.log" 2>&1
   ;;
 
 restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run
@@ -335,7 +375,7 @@ wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new r
   done
   [ -f "$RUN/finished" ] && say "run finished" || say "run still going"
   OUT=${OUT:-bench/raw/$(date +%F)/deployed}; mkdir -p "$OUT"  # the device tool sets $OUT; elsewhere: today's raw folder
-  tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work --exclude=var out run.log redis.log pg-init.log sim parity 2>/dev/null
+  tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work --exclude=var out run.log redis.log pg-init.log sim parity invariance 2>/dev/null
   cp /tmp/gd-pg/log "$OUT/postgres.log" 2>/dev/null
   cp "$RUN/run.log" "$OUT/run.log" 2>/dev/null; cp "$R/progress.log" "$OUT/" 2>/dev/null
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; ls -la "$OUT" ;;
