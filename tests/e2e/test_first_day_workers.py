@@ -150,6 +150,11 @@ def test_problem_4_an_upload_finishes_while_the_round_trains(
 
 
 SHOWN = re.compile(r"Evaluation (\d[\d,]*) / (\d[\d,]*) prompts")
+# [done, total] of each round's evaluation line on the ML page, as the browser shows it now
+EVAL_COUNTS = (
+    "[...document.querySelectorAll('.eval-progress .num')]"
+    ".map(n => n.textContent.split('/').map(s => parseInt(s.replace(/,/g, ''), 10)))"
+)
 
 
 def test_problem_5_the_ml_page_shows_the_evaluation_advancing_with_what_is_left(
@@ -158,8 +163,8 @@ def test_problem_5_the_ml_page_shows_the_evaluation_advancing_with_what_is_left(
     live, workers = app["live"], app["workers"]
     stall_dir = tmp_path / "stalls"
     stall_dir.mkdir()
-    # held 30 s after the evaluation's first chunk (128 texts x 2 adapters), then it goes on
-    workers.env.update(stall_env("evaluate_progress", stall_dir), ALANN_TEST_STALL_S="30")
+    # held 40 s after the evaluation's first chunk (128 texts x 2 adapters), then it goes on
+    workers.env.update(stall_env("evaluate_progress", stall_dir), ALANN_TEST_STALL_S="40")
     workers.start("w1", queues="default,io,gpu")
     wait_workers(["w1"], timeout=120)
     work = tmp_path / "work"
@@ -178,9 +183,12 @@ def test_problem_5_the_ml_page_shows_the_evaluation_advancing_with_what_is_left(
     page.goto(f"/p/{project}/ml/")  # the ML page, open while the round trains and evaluates
     _held(stall_dir, "evaluate_progress", workers)
 
-    progress = page.get_by_text(SHOWN).first
-    progress.wait_for(timeout=30_000)  # the page updates itself: no reload
-    shown = SHOWN.search(progress.inner_text())
+    # the page updates itself (no reload) from "0 / N" at the evaluation's start to the held worker's count
+    try:
+        page.wait_for_function(f"() => {EVAL_COUNTS}.some(([a, b]) => a > 0)", timeout=25_000)
+    except Exception:
+        raise AssertionError(f"no evaluation progress past 0 on the page: {page.inner_text('body')[:2000]}") from None
+    shown = SHOWN.search(page.get_by_text(SHOWN).first.inner_text())
     assert shown is not None
     done, total = (int(g.replace(",", "")) for g in shown.groups())
     assert 0 < done < total, (done, total)  # part of the evaluation, while it is under way
@@ -194,9 +202,4 @@ def test_problem_5_the_ml_page_shows_the_evaluation_advancing_with_what_is_left(
         poll=1.0,
     )
     # the page, never reloaded, follows the evaluation to its end
-    page.wait_for_function(
-        """() => [...document.querySelectorAll('.eval-progress .num')].some(n => {
-             const [a, b] = n.textContent.split('/').map(s => parseInt(s.replace(/,/g, ''), 10));
-             return b > 0 && a === b; })""",
-        timeout=60_000,
-    )
+    page.wait_for_function(f"() => {EVAL_COUNTS}.some(([a, b]) => b > 0 && a === b)", timeout=60_000)
