@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -486,6 +484,7 @@ def check_honourable(config: LoopConfig, *, round_number: int) -> None:
     from annotate.services.workers import worker_id
     from scoring.device import cuda_available
     from scoring.engines import engine_option_names
+    from scoring.engines.vllm import vllm_imported_variant
 
     where = f"round {round_number}'s frozen config"
     here = f"this worker ({worker_id()})"
@@ -506,8 +505,7 @@ def check_honourable(config: LoopConfig, *, round_number: int) -> None:
     device = str(options.get("device") or "")
     if device.startswith("cuda") and not cuda_available():
         raise ConfigNotHonouredError(f"{where} has engine_options.device {device!r}, and {here} has no GPU")
-    invariant_here = os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")
-    if options.get("batch_invariant") and "vllm" in sys.modules and not invariant_here:
+    if options.get("batch_invariant") and vllm_imported_variant():
         # vLLM reads the switch when it is imported (scoring/engines/vllm.py, batch_invariance)
         raise ConfigNotHonouredError(
             f"{where} has engine_options.batch_invariant, and {here} imported vLLM without it: give the gpu "

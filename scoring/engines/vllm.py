@@ -131,6 +131,16 @@ def engine_core_in_process() -> bool:
     return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
 
 
+def batch_invariant_env() -> bool:
+    """Whether this process's environment asks vLLM for batch-invariant kernels (VLLM_BATCH_INVARIANT)."""
+    return os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")
+
+
+def vllm_imported_variant() -> bool:
+    """Whether vLLM was imported in this process without batch-invariant kernels (too late to ask)."""
+    return "vllm" in sys.modules and not batch_invariant_env()
+
+
 def batch_invariance(on: bool) -> bool:
     """Ask vLLM for batch-invariant kernels (VLLM_BATCH_INVARIANT, read when vLLM is imported: its LoRA kernels
     keep the value they find then) or leave it as the deployment set it. Batch invariance makes an item's scores
@@ -138,9 +148,9 @@ def batch_invariance(on: bool) -> bool:
     differently and its bfloat16 scores move a little (session 23: argmax 99.98 % equal, max |dp| 0.0865).
     A process holds one vLLM, so asking for it after vLLM was imported without it is refused, naming the fix.
     Returns whether this process's vLLM is (or will be) batch-invariant."""
-    current = os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")
+    current = batch_invariant_env()
     if on and not current:
-        if "vllm" in sys.modules:
+        if vllm_imported_variant():
             raise ValueError(
                 "engine option batch_invariant: vLLM was imported in this process without VLLM_BATCH_INVARIANT=1;"
                 " give the gpu worker's own loop options batch_invariant (or its environment VLLM_BATCH_INVARIANT=1)"
