@@ -9,7 +9,9 @@ number), ``select`` (a batch chosen, not yet written), ``evaluate`` (the test se
 yet written), ``evaluate_progress`` (a chunk of the evaluation scored and counted on the round; key: the
 round's id), ``autolabel`` (a bulk run's shard, after a chunk's decisions committed; key: the shard's
 number), ``train`` (an adapter halfway, its checkpoint written; key ``<project name>-<arm>:<k>``),
-``label_error_scan`` (a possible-label-errors scan's labels embedded, nothing written; key: the scan's id)."""
+``label_error_scan`` (a possible-label-errors scan's labels embedded, nothing written; key: the scan's id),
+``claim`` (a round's unit of work received by a worker, not yet claimed; key ``<round id>-<what>``, e.g.
+``7-adapter prod:1``)."""
 
 from __future__ import annotations
 

@@ -106,11 +106,14 @@ def round_evaluate(round_id: int) -> str:
 
 
 @shared_task(name="annotate.jobs_resume", **RETRY)
-def jobs_resume() -> dict[str, int | str]:
-    """The job engine's resume (annotate/services/jobs.py): {job kind: units sent again}."""
+def jobs_resume(started: str | None = None) -> dict[str, int | str]:
+    """The job engine's resume (annotate/services/jobs.py) for a worker that started at ``started``
+    (ISO 8601; None: now): {job kind: units sent again}."""
+    from datetime import datetime
+
     from annotate.services.jobs import resume_all
 
-    return resume_all()
+    return resume_all(started=datetime.fromisoformat(started) if started else None)
 
 
 @shared_task(name="annotate.round_finished", **RETRY)
@@ -167,11 +170,13 @@ def _resume_on_start(sender: Any = None, **_: Any) -> None:
     """Every worker start: the job engine's resume, on this worker's own queue (config/celery.py
     ``worker_direct``), so it runs in the process that just started, whatever queues it reads."""
     from celery.utils import worker_direct
+    from django.utils import timezone
 
+    started = timezone.now().isoformat()
     if sender is None:
-        jobs_resume.delay()
+        jobs_resume.delay(started)
         return
-    jobs_resume.apply_async(queue=worker_direct(sender.hostname))
+    jobs_resume.apply_async(args=[started], queue=worker_direct(sender.hostname))
 
 
 @worker_ready.connect

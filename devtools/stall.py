@@ -3,7 +3,7 @@ a test SIGKILLs it exactly there (tests/integration/test_kill_every_step.py). A 
 its environment names it (``stall_env``):
 
     ALANN_STEP_HOOK=devtools.stall.stall            the app calls this at every step point
-    ALANN_TEST_STALL=select,score,evaluate,import   the points that stall
+    ALANN_TEST_STALL=select,score,evaluate,import   the points that stall (``point=key``: at that key only)
     ALANN_TEST_STALL_DIR=/tmp/...                   where the markers go
     ALANN_TEST_STALL_S=120                          how long a stalled process sleeps
 
@@ -18,7 +18,8 @@ evaluation scored and counted; key: the round's id), ``autolabel`` (a bulk run's
 shard, after a chunk's decisions committed; key: the shard's number), ``calibrate`` (a calibration's
 items scored, nothing written; key: its id), ``train`` (an adapter halfway, its checkpoint written;
 key ``<project name>-<arm>:<k>``), ``label_error_scan`` (a label-error scan's labels embedded, nothing
-written; key: its id)."""
+written; key: its id), ``claim`` (a round's unit received by a worker, not yet claimed; key
+``<round id>-<what>``, e.g. ``7-adapter prod:1``)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def stall_env(points: str, directory: Path) -> dict[str, str]:
 
 def stall(point: str, key: object = "") -> None:
     points = os.environ.get("ALANN_TEST_STALL")
-    if not points or point not in points.split(","):
+    if not points or not any(entry in (point, f"{point}={key}") for entry in points.split(",")):
         return
     marker = Path(os.environ["ALANN_TEST_STALL_DIR"]) / f"{point}-{key}"
     try:

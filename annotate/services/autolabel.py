@@ -1108,7 +1108,7 @@ def audit_refresh(*, calibration: Calibration) -> list[cal.AuditStatus]:
 # -- resume -----------------------------------------------------------------------------------------
 
 
-def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch, broker_started: datetime | None = None) -> int:
+def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch, since: datetime | None = None) -> int:
     """Worker start (the job engine's resume, annotate/services/jobs.py): a calibration running on a
     dead worker, and a pending calibration or run whose message may be lost, are sent again; so are a
     running run's shards running on a dead worker or queued with a message that may be lost. Each unit
@@ -1118,23 +1118,19 @@ def autolabel_resume_all(*, dispatch: Dispatch = celery_dispatch, broker_started
     C = Calibration.Status
     for cal_id in Calibration.objects.filter(status__in=[C.PENDING, C.RUNNING]).values_list("id", flat=True):
         rows = Calibration.objects.filter(id=cal_id)
-        if jobs.requeue_dead(rows, to=C.PENDING) or jobs.resend_due(
-            rows, waiting=(C.PENDING,), broker_started=broker_started
-        ):
+        if jobs.requeue_dead(rows, to=C.PENDING) or jobs.resend_due(rows, waiting=(C.PENDING,), since=since):
             dispatch("calibrate", cal_id)
             sent += 1
     for run in AutolabelRun.objects.filter(status__in=[RunStatus.PENDING, RunStatus.RUNNING]):
         if run.status == RunStatus.PENDING:
-            if jobs.resend_due(
-                AutolabelRun.objects.filter(id=run.id), waiting=(RunStatus.PENDING,), broker_started=broker_started
-            ):
+            if jobs.resend_due(AutolabelRun.objects.filter(id=run.id), waiting=(RunStatus.PENDING,), since=since):
                 dispatch("plan", run.id)
                 sent += 1
             continue
         open_shards = AutolabelShard.objects.filter(run=run, status__in=[ShardStatus.QUEUED, ShardStatus.RUNNING])
         for shard in open_shards.values_list("shard", flat=True):
             unit = AutolabelShard.objects.filter(run=run, shard=shard)
-            if jobs.requeue_dead(unit, to=ShardStatus.QUEUED) or jobs.resend_due(unit, broker_started=broker_started):
+            if jobs.requeue_dead(unit, to=ShardStatus.QUEUED) or jobs.resend_due(unit, since=since):
                 dispatch("shard", run.id, shard)
                 sent += 1
         sent += _feed(run, dispatch)

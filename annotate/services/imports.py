@@ -774,7 +774,7 @@ def _fail(job: ImportJob, error: str) -> ImportJob:
     return job
 
 
-def imports_resume_all(*, broker_started: datetime | None = None) -> int:
+def imports_resume_all(*, since: datetime | None = None) -> int:
     """Enqueue every import that was running (its worker may have been killed: the import continues;
     a job still running elsewhere is left to it by ``import_run``) and every pending one whose message
     may be lost (``jobs.resend_due``: once, however many workers start at once). The job engine's
@@ -787,7 +787,7 @@ def imports_resume_all(*, broker_started: datetime | None = None) -> int:
         job_id
         for job_id, status in open_jobs
         if status == S.RUNNING
-        or jobs.resend_due(ImportJob.objects.filter(id=job_id), waiting=(S.PENDING,), broker_started=broker_started)
+        or jobs.resend_due(ImportJob.objects.filter(id=job_id), waiting=(S.PENDING,), since=since)
     ]
     for job_id in ids:
         send_on_commit("annotate.import_run", job_id)

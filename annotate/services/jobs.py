@@ -24,9 +24,12 @@ an auto-labelling calibration, run and shard — is a row with ``status``, ``wor
   items to the dead letters. The tasks' own retry policy for transient errors is ``annotate.tasks.RETRY``.
 - **resume after a kill**: every worker start runs ``resume_all`` once (``annotate.jobs_resume``, sent
   to the starting worker's own queue), which asks each job kind in ``JOBS`` to send again what it still
-  needs. Sending again is throttled per row (``resend_due``): however many workers start at once, a
-  unit already queued is sent again only when its last message is older than RESEND_AFTER_S or older
-  than the broker's own start (a restarted broker lost it) — no storm of duplicate messages.
+  needs. A unit already queued is sent again when its last message went out before the worker started
+  (or before the broker's own start): a worker killed after it received the message and before it
+  claimed the unit leaves the message unacknowledged in the broker for the visibility timeout (an
+  hour), and nothing else can tell that message from one still waiting in a queue. Throttled per row
+  (``resend_due`` moves ``sent_at`` to now): however many workers start at once, each such unit goes
+  out once more — no storm; a duplicate message is harmless (the claim lets one process in).
 - **status transitions**: a round's are ``round_state.round_transition`` (the moves on the model,
   ``Round.TRANSITIONS``); every other job's rows move only through the functions above.
 """
@@ -44,6 +47,7 @@ from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from annotate import steppoints
 from annotate.models import Round, WorkClaim, WorkStatus
 from annotate.services.round_state import round_fail
 from annotate.services.workers import worker_alive, worker_id
@@ -55,7 +59,6 @@ S = WorkStatus
 CLAIMABLE = (S.PENDING, S.QUEUED, S.FAILED)
 MAX_ATTEMPTS = 3  # a unit claimed this often fails its round instead of looping
 MAX_ERROR = 2000
-RESEND_AFTER_S = 60.0  # a queued unit's message younger than this is taken as still in the broker
 
 
 def held_by_live(worker: str) -> bool:
@@ -88,18 +91,15 @@ def requeue_dead(rows: QuerySet[Any], *, to: str) -> bool:
     return bool(rows.filter(status=S.RUNNING, worker=current).update(status=to, sent_at=timezone.now()))
 
 
-def resend_due(
-    rows: QuerySet[Any], *, waiting: tuple[str, ...] = (S.QUEUED,), broker_started: datetime | None = None
-) -> bool:
+def resend_due(rows: QuerySet[Any], *, waiting: tuple[str, ...] = (S.QUEUED,), since: datetime | None = None) -> bool:
     """Whether to send again a unit that waits (``waiting``: queued, or pending where the table has no
     queued status) for a worker: its message may be lost (a flushed or restarted broker, a worker that
     died holding it before it claimed the row). True for the one caller (of however many workers start
-    at once) that finds its last message older than RESEND_AFTER_S, or sent before the broker started
-    (``broker_started``), or never sent; ``sent_at`` becomes now, so the others leave it."""
+    at once) that finds its last message sent before ``since`` (the starting worker's start, or the
+    broker's when later; None: now), or never sent; ``sent_at`` becomes now, so the others leave it."""
     now = timezone.now()
-    lost = Q(sent_at__isnull=True) | Q(sent_at__lt=now - timedelta(seconds=RESEND_AFTER_S))
-    if broker_started is not None:
-        lost |= Q(sent_at__lt=broker_started)
+    cutoff = now if since is None else min(since, now)
+    lost = Q(sent_at__isnull=True) | Q(sent_at__lt=cutoff)
     return bool(rows.filter(status__in=waiting).filter(lost).update(sent_at=now))
 
 
@@ -159,6 +159,7 @@ def run_claimed(rows: QuerySet[Any], *, round_id: int, what: str, step: Callable
     it or it is done. A unit claimed more than MAX_ATTEMPTS times fails its round; an error marks it
     failed (the task's retry or the next resume claims it again) and propagates."""
     me = worker_id()
+    steppoints.reached("claim", f"{round_id}-{what}")
     if not claim(rows, me=me):
         return None
     if exhausted(rows):
@@ -192,7 +193,7 @@ def run_round_step(round_id: int, *, status: str, kind: str, what: str, step: Ca
 class Job:
     """A kind of job and the function (``module:function``, imported when called: this module imports
     no service) that sends again what its open rows still need, returning how many it sent. Each
-    takes ``broker_started`` (for ``resend_due``)."""
+    takes ``since`` (for ``resend_due``)."""
 
     name: str
     resume: str
@@ -226,15 +227,20 @@ def broker_started_at() -> datetime | None:
     return timezone.now() - timedelta(seconds=uptime + 1)
 
 
-def resume_all() -> dict[str, int | str]:
-    """A worker start: every job kind sends again what its open rows still need. One kind's failure is
-    logged and reported, never stops the others. Returns {kind: units sent, or "failed: ..."}."""
-    started = broker_started_at()
+def resume_all(*, started: datetime | None = None) -> dict[str, int | str]:
+    """A worker start (``started``: when it started; None: now): every job kind sends again what its
+    open rows still need, each waiting unit whose message went out before then (or before the broker's
+    own start, when that is later). One kind's failure is logged and reported, never stops the others.
+    Returns {kind: units sent, or "failed: ..."}."""
+    since = started or timezone.now()
+    broker = broker_started_at()
+    if broker is not None and broker > since:
+        since = broker
     report: dict[str, int | str] = {}
     for job in JOBS:
         module, _, function = job.resume.partition(":")
         try:
-            report[job.name] = int(getattr(importlib.import_module(module), function)(broker_started=started))
+            report[job.name] = int(getattr(importlib.import_module(module), function)(since=since))
         except Exception as exc:
             log.exception("resuming %s failed", job.name)
             report[job.name] = f"failed: {type(exc).__name__}: {exc}"[:MAX_ERROR]

@@ -100,7 +100,7 @@ def label_error_scan_fail(*, scan_id: int, reason: str) -> None:
     )
 
 
-def label_error_scans_resume_all(*, broker_started: datetime | None = None) -> int:
+def label_error_scans_resume_all(*, since: datetime | None = None) -> int:
     """Worker start (the job engine's resume, annotate/services/jobs.py): send again every scan running
     on a dead process, and every pending one whose message may be lost; each once, however many
     workers start at once (the claim lets one worker in, so a duplicate message is harmless anyway)."""
@@ -111,7 +111,7 @@ def label_error_scans_resume_all(*, broker_started: datetime | None = None) -> i
         scan_id
         for scan_id in rows.values_list("id", flat=True)
         if jobs.requeue_dead(rows.filter(id=scan_id), to=Scan.Status.PENDING)
-        or jobs.resend_due(rows.filter(id=scan_id), waiting=(Scan.Status.PENDING,), broker_started=broker_started)
+        or jobs.resend_due(rows.filter(id=scan_id), waiting=(Scan.Status.PENDING,), since=since)
     ]
     for scan_id in ids:
         send_on_commit(SCAN_TASK, scan_id)

@@ -311,15 +311,15 @@ def missing_work(row: Round, *, check_running: bool = True) -> list[tuple[Work, 
 
 
 def round_advance(
-    round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False, broker_started: datetime | None = None
+    round_id: int, *, dispatch: Dispatch | None = None, resend: bool = False, since: datetime | None = None
 ) -> list[Work]:
     """Dispatch what the round is missing now, and return it.
 
     Without ``dispatch`` the units go to the workers: each is reserved first (marked queued by one
     conditional UPDATE), so callers racing after their steps never send one twice; ``resend`` (the
     worker-start resume) also sends units already queued whose message a dead worker or a restarted
-    broker may have lost: once per ``jobs.RESEND_AFTER_S`` however many workers start at once, and at
-    once when the message is older than ``broker_started``. A task's follow-up (no ``resend``) takes a
+    broker may have lost: those sent before ``since`` (the starting worker's start; None: now), once
+    however many workers start at once (``jobs.resend_due``). A task's follow-up (no ``resend``) takes a
     running unit as held without asking whether its worker lives (that can cost a Celery ping per
     unit): a dead worker's units are found by the next worker start. A round driven by a live
     synchronous process gets nothing. With a ``dispatch`` (the synchronous driver) every missing unit
@@ -334,7 +334,7 @@ def round_advance(
     for work, rows in missing_work(row, check_running=resend or dispatch is not None):
         if dispatch is not None:
             dispatch(work)
-        elif jobs.reserve(rows) or (resend and jobs.resend_due(rows, broker_started=broker_started)):
+        elif jobs.reserve(rows) or (resend and jobs.resend_due(rows, since=since)):
             enqueue(work)
         else:
             continue
@@ -353,13 +353,14 @@ def _open_for_waiting(project: Project) -> None:
         log.exception("project %s: no round could be opened for the items waiting for people", project.id)
 
 
-def round_resume(*, round_id: int, broker_started: datetime | None = None) -> list[Work]:
-    """Send again what an active round still needs (after a worker died). Safe any time: every unit is
+def round_resume(*, round_id: int, since: datetime | None = None) -> list[Work]:
+    """Send again what an active round still needs (after a worker died): units held by a dead process,
+    and queued ones whose message went out before ``since`` (None: now). Safe any time: every unit is
     claimed before it runs. Returns what it sent, for logs and tests."""
-    return round_advance(round_id, resend=True, broker_started=broker_started)
+    return round_advance(round_id, resend=True, since=since)
 
 
-def rounds_resume_all(*, broker_started: datetime | None = None) -> int:
+def rounds_resume_all(*, since: datetime | None = None) -> int:
     """Resume every active round, and every finished one whose finish (snapshot, notifications) is not
     done (the job engine's worker-start resume, annotate/services/jobs.py). Returns the units sent."""
     unfinished = WorkClaim.objects.filter(kind=K.FINISH).exclude(status=WorkClaim.Status.DONE)
@@ -368,7 +369,7 @@ def rounds_resume_all(*, broker_started: datetime | None = None) -> int:
             "id", flat=True
         )
     )
-    return sum(len(round_resume(round_id=round_id, broker_started=broker_started)) for round_id in ids)
+    return sum(len(round_resume(round_id=round_id, since=since)) for round_id in ids)
 
 
 # -- the synchronous driver -------------------------------------------------------------------------

@@ -6,7 +6,6 @@ calibration split) goes through the round transitions and the one-active-round r
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -22,7 +21,6 @@ from annotate.models import (
     Project,
     Round,
     WaitingItem,
-    WorkClaim,
 )
 from annotate.services import autolabel, jobs, rounds
 from annotate.services.round_state import round_transition
@@ -45,10 +43,6 @@ def _run(project: Project) -> AutolabelRun:
     return AutolabelRun.objects.create(project=project, calibration=calibration, status="running")
 
 
-def _aged(rows: object) -> None:
-    rows.update(sent_at=timezone.now() - timedelta(seconds=jobs.RESEND_AFTER_S + 5))  # type: ignore[attr-defined]
-
-
 # -- resume: no storm ---------------------------------------------------------------------------------
 
 
@@ -59,10 +53,10 @@ def test_a_storm_of_worker_starts_sends_each_waiting_unit_once() -> None:
         AutolabelShard.objects.create(run=run, shard=k, status="queued")
     row = Round.objects.create(project=project, number=1, status="pending")
     round_advance(row.id)  # the round's plan: reserved and sent once
-    _aged(AutolabelShard.objects.filter(run=run))
-    _aged(jobs.work_rows(row.id, WorkClaim.Kind.PLAN))
-    # five workers start at once: between them, each old message goes out again exactly once
-    reports = [jobs.resume_all() for _ in range(5)]
+    # five workers start at once, after those messages went out: between them, each goes out again
+    # exactly once (a worker killed holding one unclaimed would have left it unacknowledged)
+    started = timezone.now()
+    reports = [jobs.resume_all(started=started) for _ in range(5)]
     assert sum(int(r["auto-labelling"]) for r in reports) == 3
     assert sum(int(r["rounds"]) for r in reports) == 1, reports
     assert [r["auto-labelling"] for r in reports[1:]] == [0, 0, 0, 0]
@@ -71,17 +65,18 @@ def test_a_storm_of_worker_starts_sends_each_waiting_unit_once() -> None:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_resends_of_one_unit_send_it_once() -> None:
-    """Five threads (five connections) race on one unit's resend: the conditional UPDATE lets one win."""
+    """Five threads (five connections: five workers that started at once) race on one unit's resend:
+    the conditional UPDATE lets one win."""
     project, _ = _project(1)
     run = _run(project)
-    shard = AutolabelShard.objects.create(run=run, shard=0, status="queued")
-    _aged(AutolabelShard.objects.filter(id=shard.id))
+    shard = AutolabelShard.objects.create(run=run, shard=0, status="queued", sent_at=timezone.now())
+    started = timezone.now()
     barrier, wins = threading.Barrier(5), []
 
     def resend() -> None:
         try:
             barrier.wait()
-            wins.append(jobs.resend_due(AutolabelShard.objects.filter(id=shard.id)))
+            wins.append(jobs.resend_due(AutolabelShard.objects.filter(id=shard.id), since=started))
         finally:
             connection.close()
 
@@ -98,7 +93,8 @@ def test_a_unit_whose_holder_died_is_sent_once() -> None:
     run = _run(project)
     AutolabelShard.objects.create(run=run, shard=0, status="running", worker=DEAD, attempts=1)
     scan = LabelErrorScan.objects.create(project=project, status="running", worker=DEAD, attempts=1)
-    first, second = jobs.resume_all(), jobs.resume_all()
+    started = timezone.now()  # two workers start at once
+    first, second = jobs.resume_all(started=started), jobs.resume_all(started=started)
     assert first["auto-labelling"] == 1 and second["auto-labelling"] == 0
     assert first["label-error scans"] == 1 and second["label-error scans"] == 0
     scan.refresh_from_db()
@@ -108,8 +104,9 @@ def test_a_unit_whose_holder_died_is_sent_once() -> None:
 def test_a_killed_calibration_is_sent_again() -> None:
     project, _ = _project()
     cal = Calibration.objects.create(project=project, status="running", worker=DEAD, attempts=1)
-    assert jobs.resume_all()["auto-labelling"] == 1
-    assert jobs.resume_all()["auto-labelling"] == 0
+    started = timezone.now()
+    assert jobs.resume_all(started=started)["auto-labelling"] == 1
+    assert jobs.resume_all(started=started)["auto-labelling"] == 0
     cal.refresh_from_db()
     assert cal.status == "pending" and cal.sent_at is not None  # its message is out; a worker claims it
 

@@ -52,16 +52,19 @@ def test_each_missing_unit_is_sent_once_and_again_only_on_resume(pending: Round)
     assert round_advance(pending.id) == [plan]
     assert WorkClaim.objects.get(round=pending, kind="plan").status == "queued"
     assert round_advance(pending.id) == []  # a second caller (another task's follow-up) sends nothing
-    # A worker start sends a queued unit again only when its message may be lost: not while it is young
-    # and the broker has run since it was sent ...
-    assert round_resume(round_id=pending.id) == []
-    # ... at once when the broker started after it was sent (a restarted broker lost it) ...
-    assert round_resume(round_id=pending.id, broker_started=timezone.now()) == [plan]
-    # ... and once it is older than RESEND_AFTER_S; however many workers start at once, one sends it.
-    rows = _plan_rows(pending)
-    rows.update(sent_at=timezone.now() - timedelta(seconds=jobs.RESEND_AFTER_S + 1))
+    # A worker start sends a queued unit again when its message went out before the worker started
+    # (a worker killed after receiving it, before claiming the unit, left it unacknowledged) ...
+    started = timezone.now()
+    assert round_resume(round_id=pending.id, since=started) == [plan]
+    # ... once, however many workers that started then resume: the first moved sent_at past their start ...
+    assert round_resume(round_id=pending.id, since=started) == []
+    assert round_resume(round_id=pending.id, since=started - timedelta(seconds=5)) == []
+    # ... and not a message sent after the worker started (a dispatch, or another worker's resume).
+    _plan_rows(pending).update(sent_at=timezone.now() + timedelta(seconds=1))
+    assert round_resume(round_id=pending.id, since=timezone.now()) == []
+    # A worker that starts later sends it once more (``since`` None: now, the `round resume` command).
+    _plan_rows(pending).update(sent_at=timezone.now() - timedelta(seconds=1))
     assert round_resume(round_id=pending.id) == [plan]
-    assert round_resume(round_id=pending.id) == []
     assert str(plan) == f"annotate.round_begin({pending.id},)"
 
 

@@ -1,7 +1,9 @@
 """Rounds through real Redis and a real Celery worker (prefork, -c 1) on a file SQLite database:
-cold start → labels through the labeling service → retrain → evaluation → a scored round 2; and a
+cold start → labels through the labeling service → retrain → evaluation → a scored round 2; a
 worker SIGKILLed mid-training whose round, resumed by a fresh worker, ends exactly like an
-uninterrupted run of the same seed."""
+uninterrupted run of the same seed; and one SIGKILLed holding a unit's message it had received but
+not yet claimed (the message stays unacknowledged in the broker for its visibility timeout, an
+hour): the next worker's start sends the unit again."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from annotate.models import AdapterVersion, BatchItem, Prediction, Round, ScoreShard
+from annotate.models import AdapterVersion, BatchItem, Prediction, Round, ScoreShard, WorkClaim
 from annotate.services.rounds import round_request_retrain, round_request_start
+from devtools.stall import stall_env
 from tests.integration.round_helpers import (
     TEST_OPTIONS,
     annotator,
@@ -113,7 +116,10 @@ def test_killed_worker_resumes_from_checkpoints(
         assert AdapterVersion.objects.filter(round=first).count() < 2
         time.sleep(0.5)
         workers.start("w2")  # its startup re-enqueues what the round still needs
-        wait_for(lambda: round_status(first.id) in ("done", "failed"), 120, "the resumed round", poll=0.3)
+        try:
+            wait_for(lambda: round_status(first.id) in ("done", "failed"), 120, "the resumed round", poll=0.3)
+        except AssertionError:
+            raise AssertionError(workers.logs()) from None
         first.refresh_from_db()
         assert first.status == "done", first.failure_reason + workers.logs()
 
@@ -122,3 +128,37 @@ def test_killed_worker_resumes_from_checkpoints(
         assert [b[1:] for b in batch] == [b[1:] for b in ref_batch]
         assert adapters == ref_adapters
         assert first.train_steps_done == first.train_steps_total
+
+
+def test_a_unit_a_killed_worker_received_but_never_claimed_is_sent_again(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
+) -> None:
+    """CI caught the kill test above hanging when the kill landed between a worker's receipt of the
+    next adapter's message and its claim: the unit stayed queued, its message young, and the next
+    worker's start did not send it again. Here the worker is held exactly there."""
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
+        project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+        first = round_request_start(project=project, user=None)  # its message waits for the worker
+        key = f"{first.id}-adapter prod:1"
+        (tmp_path / "stall").mkdir()
+        workers.env.update(stall_env(f"claim={key}", tmp_path / "stall"))
+        workers.start("w1")
+        _done(first.id, workers)
+        label_batch(project, annotator("a"))
+        round_request_retrain(project=project, user=None)
+        try:
+            wait_for((tmp_path / "stall" / f"claim-{key}").exists, 120, "the worker to receive prod:1", poll=0.05)
+        except AssertionError:
+            raise AssertionError(workers.logs()) from None
+        workers.kill("w1")
+        unit = WorkClaim.objects.get(round=first, kind="train", key="prod:1")
+        assert unit.status == "queued" and unit.attempts == 0, "the worker claimed it: the test proves nothing"
+        workers.start("w2")  # the marker stays: w2 passes the point
+        try:
+            wait_for(lambda: round_status(first.id) in ("done", "failed"), 120, "the round after the kill", poll=0.3)
+        except AssertionError:
+            raise AssertionError(workers.logs()) from None
+        first.refresh_from_db()
+        assert first.status == "done", first.failure_reason + workers.logs()
+        assert AdapterVersion.objects.filter(round=first, arm="prod").count() == 2
