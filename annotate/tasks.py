@@ -6,9 +6,10 @@ dispatches what comes next. Round tasks are idempotent (every unit is claimed by
 guarded transitions, unique rows, checkpoints), so a redelivered or duplicated message is harmless.
 Transient errors (a locked SQLite database, a dropped Redis or PostgreSQL connection) are retried; any
 other error, or the last retry, fails the round with the reason (``round_fail``). Every worker, when
-it starts, runs the job engine's resume once (``annotate.jobs_resume``, on its own queue:
-annotate/services/jobs.py): every job kind sends again what its open rows still need. That is how a
-round, an import, a label-error scan or an auto-labelling job continues after its worker was killed.
+it starts, and each time it connects to the broker again, runs the job engine's resume
+(``annotate.jobs_resume``, on its own queue: annotate/services/jobs.py): every job kind sends again what
+its open rows still need. That is how a round, an import, a label-error scan or an auto-labelling job
+continues after its worker was killed, or after the broker restarted and lost the messages.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def round_evaluate(round_id: int) -> str:
 
 @shared_task(name="annotate.jobs_resume", **RETRY)
 def jobs_resume(started: str | None = None) -> dict[str, int | str]:
-    """The job engine's resume (annotate/services/jobs.py) for a worker that started at ``started``
-    (ISO 8601; None: now): {job kind: units sent again}."""
+    """The job engine's resume (annotate/services/jobs.py) for a worker that started, or connected to
+    the broker again, at ``started`` (ISO 8601; None: now): {job kind: units sent again}."""
     from datetime import datetime
 
     from annotate.services.jobs import resume_all
@@ -165,18 +166,16 @@ def engine_warm(kind: str) -> dict[str, Any]:
     return warm(kind=kind)
 
 
-@worker_ready.connect
-def _resume_on_start(sender: Any = None, **_: Any) -> None:
-    """Every worker start: the job engine's resume, on this worker's own queue (config/celery.py
-    ``worker_direct``), so it runs in the process that just started, whatever queues it reads."""
+def resume_on_connect(hostname: str) -> None:
+    """The job engine's resume, on this worker's own queue (config/celery.py ``worker_direct``, so it
+    runs in the process that connected, whatever queues it reads), each time the worker's consumer
+    connects to the broker (config/celery.py ``ResumeOnConnect``): at its start, and again after a
+    lost connection — a restarted broker (the compose file's Redis keeps nothing) lost every message
+    that waited, and no worker starts to send them again."""
     from celery.utils import worker_direct
     from django.utils import timezone
 
-    started = timezone.now().isoformat()
-    if sender is None:
-        jobs_resume.delay(started)
-        return
-    jobs_resume.apply_async(args=[started], queue=worker_direct(sender.hostname))
+    jobs_resume.apply_async(args=[timezone.now().isoformat()], queue=worker_direct(hostname))
 
 
 @worker_ready.connect

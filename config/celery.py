@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, bootsteps
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -36,5 +36,21 @@ app.conf.result_expires = 3600
 # Every worker also consumes its own queue (<node>.dq2), so that a task can go to one worker: a gpu
 # worker's engine prewarm (annotate/tasks.py) must run in that worker, not in whichever takes it first.
 app.conf.worker_direct = True
+
+
+class ResumeOnConnect(bootsteps.StartStopStep):
+    """Started each time a worker's consumer (re)connects to the broker: the job engine's resume
+    (annotate/tasks.py ``resume_on_connect``). Celery's ``worker_ready`` fires at the first connection
+    only, so a broker restarted under running workers would leave every queued unit waiting forever."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: object) -> None:
+        from annotate.tasks import resume_on_connect
+
+        resume_on_connect(str(c.hostname))  # type: ignore[attr-defined]
+
+
+app.steps["consumer"].add(ResumeOnConnect)
 app.autodiscover_tasks()
 app.autodiscover_tasks(related_name="tasks_autolabel")  # the bulk auto-labelling job

@@ -236,17 +236,30 @@ def release_for_run() -> None:
         _current = None
 
 
+_pointed_at: str | None = None  # the URL this process's Celery connections were last opened for
+
+
 def point_celery_at(url: str) -> None:
     """Send this process's tasks (and read results) through ``url`` from now on."""
+    global _pointed_at
     from django.conf import settings
 
     from config.celery import app
 
     settings.REDIS_URL = settings.CELERY_BROKER_URL = settings.CELERY_RESULT_BACKEND = url
-    if app.conf.broker_url == url and app.conf.result_backend == url:
-        return  # closing the pools here would break kombu's per-URL producer pool registry
     app.conf.broker_url = app.conf.result_backend = url
+    # app.conf reads Django's settings, which pytest-django's ``settings`` fixture restores behind our
+    # back: what decides whether the open connections are stale is the URL they were opened for
+    if _pointed_at == url:
+        return  # closing the pools here would break kombu's per-URL producer pool registry
+    _pointed_at = url
     if app._pool is not None:  # drop connections opened on the previous URL
         app._pool.force_close_all()
         app._pool = None
     app.amqp._producer_pool = None
+    # the broadcast mailbox (app.control: ping, inspect) caches the producer pool it first used: a ping
+    # after the switch would still publish through the previous URL's connections
+    app.control.mailbox.__dict__.pop("producer_pool", None)
+    # and the result backend (AsyncResult.get) its connection to the previous result URL
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)

@@ -23,13 +23,15 @@ an auto-labelling calibration, run and shard — is a row with ``status``, ``wor
   stops: a round fails with the reason, a calibration or scan fails, an auto-labelling shard gives its
   items to the dead letters. The tasks' own retry policy for transient errors is ``annotate.tasks.RETRY``.
 - **resume after a kill**: every worker start runs ``resume_all`` once (``annotate.jobs_resume``, sent
-  to the starting worker's own queue), which asks each job kind in ``JOBS`` to send again what it still
-  needs. A unit already queued is sent again when its last message went out before the worker started
-  (or before the broker's own start): a worker killed after it received the message and before it
-  claimed the unit leaves the message unacknowledged in the broker for the visibility timeout (an
-  hour), and nothing else can tell that message from one still waiting in a queue. Throttled per row
-  (``resend_due`` moves ``sent_at`` to now): however many workers start at once, each such unit goes
-  out once more — no storm; a duplicate message is harmless (the claim lets one process in).
+  to the starting worker's own queue), and so does every reconnection of a worker to the broker (a
+  restarted broker lost the queued messages: config/celery.py ``ResumeOnConnect``); it asks each job
+  kind in ``JOBS`` to send again what it still needs. A unit already queued is sent again when its
+  last message went out before the worker started or reconnected (or before the broker's own start): a
+  worker killed after it received the message and before it claimed the unit leaves the message
+  unacknowledged in the broker for the visibility timeout (an hour), and nothing else can tell that
+  message from one still waiting in a queue. Throttled per row (``resend_due`` moves ``sent_at`` to
+  now): however many workers start at once, each such unit goes out once more — no storm; a
+  duplicate message is harmless (the claim lets one process in).
 - **status transitions**: a round's are ``round_state.round_transition`` (the moves on the model,
   ``Round.TRANSITIONS``); every other job's rows move only through the functions above.
 """

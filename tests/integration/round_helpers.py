@@ -106,12 +106,9 @@ class Workers:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log")))
 
 
-@contextlib.contextmanager
-def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any) -> Iterator[Workers]:
-    """A file database + worker pool for one test on this run's own Redis database (claimed by
-    tests/conftest.py, emptied before and after); the test process sends tasks to the same broker and
-    sees the same adapters, scores and embeddings (VAR_DIR)."""
-    owned = redis_owner.current()
+def use_var_dir(tmp_path: Path, settings: Any) -> Path:
+    """A fresh ``tmp_path/var`` for the adapters, scores and embeddings of this process and the workers it
+    starts (``Workers(var_dir, ...)``)."""
     var_dir = tmp_path / "var"
     var_dir.mkdir()
     settings.ADAPTER_DIR, settings.SCORE_DIR, settings.EMBEDDING_DIR = (
@@ -119,6 +116,16 @@ def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any) -> Iterator
         var_dir / "scores",
         var_dir / "embeddings",
     )
+    return var_dir
+
+
+@contextlib.contextmanager
+def live_loop(tmp_path: Path, settings: Any, django_db_blocker: Any) -> Iterator[Workers]:
+    """A file database + worker pool for one test on this run's own Redis database (claimed by
+    tests/conftest.py, emptied before and after); the test process sends tasks to the same broker and
+    sees the same adapters, scores and embeddings (VAR_DIR)."""
+    owned = redis_owner.current()
+    var_dir = use_var_dir(tmp_path, settings)
     owned.flush()  # stray messages of earlier tests of this run (never anyone else's: the db is ours)
     redis_owner.point_celery_at(owned.url)
     workers = Workers(var_dir, owned.url, tmp_path)
