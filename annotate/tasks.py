@@ -166,18 +166,6 @@ def engine_warm(kind: str) -> dict[str, Any]:
     return warm(kind=kind)
 
 
-def resume_on_connect(hostname: str) -> None:
-    """The job engine's resume, on this worker's own queue (config/celery.py ``worker_direct``, so it
-    runs in the process that connected, whatever queues it reads), each time the worker's consumer
-    connects to the broker (config/celery.py ``ResumeOnConnect``): at its start, and again after a
-    lost connection — a restarted broker (the compose file's Redis keeps nothing) lost every message
-    that waited, and no worker starts to send them again."""
-    from celery.utils import worker_direct
-    from django.utils import timezone
-
-    jobs_resume.apply_async(args=[timezone.now().isoformat()], queue=worker_direct(hostname))
-
-
 @worker_ready.connect
 def _warm_engine_on_start(sender: Any = None, **_: Any) -> None:
     """A gpu worker with ALANN_ENGINE_PREWARM starts its engine now, in its own pool process (its

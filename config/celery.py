@@ -40,15 +40,20 @@ app.conf.worker_direct = True
 
 class ResumeOnConnect(bootsteps.StartStopStep):
     """Started each time a worker's consumer (re)connects to the broker: the job engine's resume
-    (annotate/tasks.py ``resume_on_connect``). Celery's ``worker_ready`` fires at the first connection
-    only, so a broker restarted under running workers would leave every queued unit waiting forever."""
+    (``annotate.jobs_resume``, annotate/services/jobs.py), sent by name to this worker's own queue
+    (``worker_direct``: it runs in the process that connected, whatever queues it reads). Celery's
+    ``worker_ready`` fires at the first connection only, so a broker restarted under running workers
+    (the compose file's Redis keeps nothing) would leave every queued unit waiting forever."""
 
     requires = {"celery.worker.consumer.tasks:Tasks"}
 
     def start(self, c: object) -> None:
-        from annotate.tasks import resume_on_connect
+        from datetime import UTC, datetime
 
-        resume_on_connect(str(c.hostname))  # type: ignore[attr-defined]
+        from celery.utils import worker_direct
+
+        hostname = str(c.hostname)  # type: ignore[attr-defined]
+        app.send_task("annotate.jobs_resume", args=[datetime.now(UTC).isoformat()], queue=worker_direct(hostname))
 
 
 app.steps["consumer"].add(ResumeOnConnect)

@@ -253,9 +253,12 @@ def point_celery_at(url: str) -> None:
     if _pointed_at == url:
         return  # closing the pools here would break kombu's per-URL producer pool registry
     _pointed_at = url
-    if app._pool is not None:  # drop connections opened on the previous URL
-        app._pool.force_close_all()
-        app._pool = None
+    # drop every connection opened on the previous URL: kombu's pool registries (keyed by URL) are
+    # emptied too, or a later switch back would be handed the closed pool ("Acquire on closed pool")
+    from kombu import pools
+
+    pools.reset()
+    app._pool = None
     app.amqp._producer_pool = None
     # the broadcast mailbox (app.control: ping, inspect) caches the producer pool it first used: a ping
     # after the switch would still publish through the previous URL's connections
