@@ -78,6 +78,11 @@
 # Next sitting (planned): the session-25 command above with INVARIANCE=1 added (after parity, on the same adapters:
 # bench/batch_invariance.py with and without the batch_invariant engine option, results in run.tgz's invariance/),
 # then, if time is left, a kill round with batch_invariant in LOOP and GPU_LOOP (THROUGHPUT=4:40000 KILL=1).
+# Session 26 (2026-12-06, H100, 72b9736): that command with DEADLINE=650 PARITY_BUDGET=200 (no INVARIANCE: device time),
+# packed with PART_BYTES=56000000 (six parts, bench/raw out of the tree), the options in .gstage/env.sh carried with each
+# part; `wait 240`, `wait 565`: 300 labels in 6 rounds, parity done. Then `INVARIANCE=1 ... gpu_deployed.sh invariance`
+# on the same warm machine (needs SETS, LLM_DIR, RUN_COMMIT, PARITY_VLLM exported; ~200 s). vllm-fp32 cannot start
+# (vLLM's LoRA kernels take fp16/bf16 only): drop it from the parity variants next time.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
