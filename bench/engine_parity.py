@@ -104,7 +104,8 @@ class ParityInputError(ValueError):
 # -- variants and sets (pure) ---------------------------------------------------------------------
 
 _OPTION_TOKENS: dict[str, tuple[str, Any, frozenset[str]]] = {
-    "fp32": ("dtype", "float32", frozenset({"hf", "vllm"})),
+    # not vllm: its LoRA kernels take bfloat16 / float16 only (scoring/engines/vllm.py LORA_DTYPES)
+    "fp32": ("dtype", "float32", frozenset({"hf"})),
     "bf16": ("dtype", "bfloat16", frozenset({"hf", "vllm"})),
     "full": ("prefix_cache", False, frozenset({"hf"})),
     "unpacked": ("packed_scoring", False, frozenset({"hf"})),

@@ -329,12 +329,12 @@ parity)  # there, called by the driver once the projects are done (--after-proje
       VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
     timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
       --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
-      --adapters $adapters --variants vllm-fp32,hf-fp32 ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
+      --adapters $adapters --variants hf-fp32 ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
       --vllm-options "$PARITY_VLLM" --out "$P/bf16"
     echo "parity (app engines, bfloat16) exit $?"
-    python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp32 \
+    python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm \
       --reference hf-fp32 --out "$P/fp32"
-    echo "parity (float32) exit $?" ) > "$P/parity.log" 2>&1
+    echo "parity (vllm against hf in float32) exit $?" ) > "$P/parity.log" 2>&1
   ;;
 
 after)  # there, called by the driver once the projects are done (--after-projects)

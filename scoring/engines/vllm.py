@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 # vLLM's CUDAGraphMode names (vllm.config.compilation): the engine option takes the name, checked here so that a
 # misspelt one fails before vLLM is imported.
 CUDAGRAPH_MODES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
+LORA_DTYPES = ("bfloat16", "float16")  # what vLLM's LoRA kernels (lora_expand / lora_shrink) accept
 
 
 def _compilation_config(capture_sizes: Sequence[int] | None, mode: str | None) -> dict[str, Any]:
@@ -267,6 +268,11 @@ class VLLMEngine:
         kv_cache_memory_bytes: int | None = None,
         batch_invariant: bool = False,
     ) -> None:
+        if enable_lora and dtype not in LORA_DTYPES:
+            raise ValueError(
+                f"dtype {dtype!r} cannot score LoRA adapters in vLLM: its LoRA kernels take {' or '.join(LORA_DTYPES)} "
+                "weights only (vLLM 0.26 asserts it at engine start; measured on the GPU, bench/RESULTS.md session 26)"
+            )
         if cudagraph_mode is not None and cudagraph_mode not in CUDAGRAPH_MODES:
             raise ValueError(f"cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {cudagraph_mode!r}")
         self.in_process = engine_core_in_process()  # before vLLM reads its environment

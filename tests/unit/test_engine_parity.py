@@ -40,7 +40,7 @@ def test_variants_are_the_app_engines_with_one_changed_option_each() -> None:
     assert dict(ep.parse_variant("hf-bf16-unpacked").options) == {"dtype": "bfloat16", "packed_scoring": False}
     warm = ep.parse_variant("vllm@warm")
     assert (warm.kind, warm.options, warm.name) == ("vllm", (), "vllm@warm")
-    for bad in ("tgi", "hf-eager", "vllm-full", "hf-fp32-bf16", "vllm@two words", "hf-"):
+    for bad in ("tgi", "hf-eager", "vllm-full", "vllm-fp32", "hf-fp32-bf16", "vllm@two words", "hf-"):
         with pytest.raises(ep.ParityInputError):
             ep.parse_variant(bad)
 
@@ -52,7 +52,7 @@ def test_vllm_host_options_say_where_the_engine_runs_never_what_it_computes() ->
         "cudagraph_mode": "PIECEWISE",
     }
     with pytest.raises(ep.ParityInputError, match=r"takes only .* not \['dtype'\]"):
-        ep.vllm_host_options('{"dtype": "float32"}')  # a variant's business (vllm-fp32)
+        ep.vllm_host_options('{"dtype": "float32"}')  # a variant's business (hf-fp32; vLLM refuses float32 with LoRA)
     for bad in ("{gpu", "[0.3]"):
         with pytest.raises(ep.ParityInputError, match="--vllm-options"):
             ep.vllm_host_options(bad)

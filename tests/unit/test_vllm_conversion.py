@@ -204,6 +204,21 @@ def test_cuda_graph_mode_reaches_vllm_by_name_and_a_wrong_one_fails_before_vllm(
     assert len(seen) == 2
 
 
+def test_float32_with_lora_is_refused_before_vllm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's LoRA kernels take bfloat16 / float16 only (on the GPU, dtype float32 with adapters failed at engine
+    start on an assertion inside the memory profiling): the constructor says so first; without LoRA float32 stays."""
+    from scoring.engines.vllm import VLLMEngine
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: seen.append(options))
+    with pytest.raises(ValueError, match="cannot score LoRA adapters"):
+        VLLMEngine("/nowhere", dtype="float32")
+    assert seen == []
+    VLLMEngine("/nowhere", dtype="float16")
+    VLLMEngine("/nowhere", dtype="float32", enable_lora=False)
+    assert [o["dtype"] for o in seen] == ["float16", "float32"]
+
+
 def test_a_fixed_kv_cache_reaches_vllm_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
     from scoring.engines.vllm import VLLMEngine
 
