@@ -251,7 +251,7 @@ def point_celery_at(url: str) -> None:
     # app.conf reads Django's settings, which pytest-django's ``settings`` fixture restores behind our
     # back: what decides whether the open connections are stale is the URL they were opened for
     if _pointed_at == url:
-        return  # closing the pools here would break kombu's per-URL producer pool registry
+        return  # the open connections are already this URL's
     _pointed_at = url
     # drop every connection opened on the previous URL: kombu's pool registries (keyed by URL) are
     # emptied too, or a later switch back would be handed the closed pool ("Acquire on closed pool")
