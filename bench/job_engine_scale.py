@@ -7,12 +7,12 @@ Each level is one AutolabelRun of ``--shards`` shards. ``N`` worker processes (f
 Django loaded once) pop shard messages from a Redis list and call ``annotate.services.autolabel.shard_run``
 itself: the claim (annotate/services/jobs.py, conditional UPDATEs, a dead holder's shard taken over),
 the per-worker cap, the backpressure feed that enqueues the next shards, the finish. Only the scoring is a
-stand-in (``stand_in_shard``): it sleeps 50–200 ms, then writes the shard's result row and marks the shard
-done with the real path's conditional UPDATE; like the real path it skips a shard whose result is
-already written (``_shard_items`` skips decided items). Every ``--kill-every`` seconds one worker process
-(one holding a shard, when one does) is SIGKILLed and a new one started; the new one calls
-``autolabel_resume_all`` first, as a Celery worker's ``worker_ready`` does, which re-enqueues the dead
-worker's shard.
+stand-in (``stand_in_shard``): it sleeps 50–200 ms, then writes the shard's result row in a transaction
+fenced by the real path's ``hold_shard`` and marks the shard done with the real path's conditional UPDATE;
+like the real path it skips a shard whose result is already written (``_shard_items`` skips decided items).
+Every ``--kill-every`` seconds one worker process (one holding a shard, when one does) is SIGKILLed and a new
+one started; the new one calls ``autolabel_resume_all`` first, as a Celery worker's start does, which
+re-enqueues the dead worker's shard.
 
 Why processes and a Redis list, not Celery: the deployed gpu worker runs one task at a time per process,
 and a claim names its holder by ``host:pid`` (annotate/services/workers.py), so the worker unit is a
@@ -194,6 +194,7 @@ def stand_in_shard(row: Any) -> None:
     from django.db.models import F
 
     from annotate.models import AutolabelShard
+    from annotate.services import autolabel as auto
     from annotate.services.workers import worker_id
 
     state = STATE[0]
@@ -207,12 +208,13 @@ def stand_in_shard(row: Any) -> None:
         time.sleep(seconds)
         state.slept += seconds
         state.slots.acquire()
-        with transaction.atomic(), connection.cursor() as cursor:  # the last chunk's commit
+        with transaction.atomic(), connection.cursor() as cursor:  # the last chunk's commit, fenced as the real one
+            auto.hold_shard(row.id, worker_id())
             cursor.execute(
                 f"INSERT INTO {RESULT_TABLE} (run_id, shard, worker, at) VALUES (%s, %s, %s, %s)",
                 [row.run_id, row.shard, worker_id(), time.time()],
             )
-    AutolabelShard.objects.filter(id=row.id, status=AutolabelShard.Status.RUNNING).update(
+    AutolabelShard.objects.filter(id=row.id, worker=worker_id(), status=AutolabelShard.Status.RUNNING).update(
         status=AutolabelShard.Status.DONE, seconds=F("seconds") + seconds, error=""
     )
 

@@ -75,6 +75,11 @@ class AutolabelError(ValueError):
     """A request that cannot be served (no calibration, wrong options); the message is for people."""
 
 
+class ClaimLost(RuntimeError):
+    """This worker's claim on a shard has moved to another worker (it was counted dead): the chunk it was
+    about to commit is rolled back, and the shard is the new holder's."""
+
+
 class RunActiveError(AutolabelError):
     """A run of the project is still going."""
 
@@ -771,6 +776,8 @@ def shard_run(*, run_id: int, shard: int, dispatch: Dispatch = celery_dispatch) 
                     _give_up(row)
                 else:
                     _run_shard(row)
+            except ClaimLost:  # another worker took the shard over: it is theirs, nothing to give back
+                pass
             except Exception as exc:  # back in line for another worker; the claim counts attempts
                 AutolabelShard.objects.filter(id=row.id, worker=me, status=ShardStatus.RUNNING).update(
                     status=ShardStatus.PENDING, error=f"{type(exc).__name__}: {exc}"[:MAX_REASON]
@@ -840,6 +847,17 @@ def _give_up(row: AutolabelShard) -> None:
     AutolabelShard.objects.filter(id=row.id).update(status=ShardStatus.DONE)
 
 
+def hold_shard(shard_id: int, me: str) -> None:
+    """First statement of a chunk's transaction: lock the shard's row while ``me`` still holds it, else
+    ClaimLost. A takeover's claim is an UPDATE of that row, so it waits until this transaction ends: a
+    holder killed mid-commit has its chunk either committed before the new holder reads what is
+    decided, or rolled back, never both written; a holder counted dead while alive (a node that missed a
+    ping) writes nothing more. (SQLite runs one writer at a time: no lock needed there.)"""
+    held = AutolabelShard.objects.select_for_update().filter(id=shard_id, worker=me, status=ShardStatus.RUNNING)
+    if not held.exists():
+        raise ClaimLost(f"shard {shard_id}: no longer held by {me}")
+
+
 def _run_shard(row: AutolabelShard) -> None:
     run = row.run
     ctx = _context(run.project)
@@ -849,13 +867,13 @@ def _run_shard(row: AutolabelShard) -> None:
         AutolabelShard.objects.filter(id=row.id).update(status=ShardStatus.FAILED, error=reason[:MAX_REASON])
         return
     audit_refresh(calibration=run.calibration)
-    decider = Decider(run, ctx)
+    decider = Decider(run, ctx, shard=row)
     items = _shard_items(row)
     started = time.perf_counter()
     for start in range(0, len(items), run.chunk_size):
         decider.decide(items[start : start + run.chunk_size])
         steppoints.reached("autolabel", row.shard)  # a chunk committed, the shard not done
-    AutolabelShard.objects.filter(id=row.id, status=ShardStatus.RUNNING).update(
+    AutolabelShard.objects.filter(id=row.id, worker=row.worker, status=ShardStatus.RUNNING).update(
         status=ShardStatus.DONE, seconds=F("seconds") + (time.perf_counter() - started), error=""
     )
 
@@ -948,9 +966,10 @@ class Decider(Decisions):
     """Scores items and writes their decisions: tier 1, the cascade tier, the audit pick, the people
     queue, dead letters. One per shard (the calibration and blocked classes are read once)."""
 
-    def __init__(self, run: AutolabelRun, ctx: Context) -> None:
+    def __init__(self, run: AutolabelRun, ctx: Context, *, shard: AutolabelShard | None = None) -> None:
         super().__init__(run)
         self.ctx = ctx
+        self.shard = shard  # a shard's chunks commit only while its worker holds it (hold_shard)
         self.predictor = ctx.predictor.calibrated(self.calibrator)  # shares the fitted proxy with ctx's
         self.names = [label.name for label in ctx.spec.labels]
 
@@ -967,6 +986,7 @@ class Decider(Decisions):
                     self.decide([i], retry=retry)
                 return
             with transaction.atomic():
+                self._hold()
                 detail = f"{type(exc).__name__}: {exc}"
                 dead_letter_add(run=self.run, item_ids=ids, reason=DeadLetter.Reason.FAILED, detail=detail)
                 if not retry:
@@ -977,11 +997,16 @@ class Decider(Decisions):
         long = np.zeros_like(scores.truncated) if retry else scores.truncated
         keep = np.flatnonzero(~low & ~long)
         with transaction.atomic():  # a chunk's decisions, dead letters and progress commit together
+            self._hold()
             self._dead(ids, long, DeadLetter.Reason.OVER_CONTEXT, "longer than the context; a retry scores it cut")
             self._dead(ids, low & ~long, DeadLetter.Reason.LOW_MASS, "label mass {:.3f} under the threshold", mass)
             if len(keep):
                 self._write([ids[i] for i in keep], scores.p[:, keep], [texts[ids[i]] for i in keep])
             self._account(scores, 0 if retry else len(ids))
+
+    def _hold(self) -> None:
+        if self.shard is not None:
+            hold_shard(self.shard.id, self.shard.worker)
 
     def _dead(self, ids: list[int], mask: np.ndarray, reason: str, detail: str, values: Any = None) -> None:
         for i in np.flatnonzero(mask):
