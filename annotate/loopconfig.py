@@ -216,7 +216,7 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The engine's options as given; the hf engine's packed_scoring and vLLM's CUDA-graph options are
     checked here, at start-up, rather than when a worker first builds the engine mid-round."""
     from scoring.engines.hf import packed_choice
-    from scoring.engines.vllm import CUDAGRAPH_MODES
+    from scoring.engines.vllm import BLOCK_SIZES, CUDAGRAPH_MODES, PREFIX_HASH_ALGOS
 
     options = dict(raw.get("engine_options", {}))
     if "packed_scoring" in options:
@@ -239,6 +239,15 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     if kv is not None and not (type(kv) is int and kv > 0):
         raise ValueError(
             f"loop option engine_options: kv_cache_memory_bytes must be a positive whole number, got {kv!r}"
+        )
+    block = options.get("block_size")
+    if block is not None and block not in BLOCK_SIZES:
+        raise ValueError(f"loop option engine_options: block_size must be one of {list(BLOCK_SIZES)}, got {block!r}")
+    algo = options.get("prefix_caching_hash_algo")
+    if algo is not None and algo not in PREFIX_HASH_ALGOS:
+        raise ValueError(
+            f"loop option engine_options: prefix_caching_hash_algo must be one of {sorted(PREFIX_HASH_ALGOS)}, "
+            f"got {algo!r}"
         )
     invariant = options.get("batch_invariant")
     if invariant is not None and type(invariant) is not bool:
@@ -369,7 +378,13 @@ CONFIG_VERSION = 1
 # takes depends on how many engines that host runs on it (compose's per-worker environment), and no
 # score depends on it. Every other option is the round's.
 LOCAL_ENGINE_OPTIONS = frozenset(
-    {"gpu_memory_utilization", "cudagraph_capture_sizes", "cudagraph_mode", "kv_cache_memory_bytes"}
+    {
+        "gpu_memory_utilization",
+        "cudagraph_capture_sizes",
+        "cudagraph_mode",
+        "kv_cache_memory_bytes",
+        "prefix_caching_hash_algo",
+    }
 )
 
 

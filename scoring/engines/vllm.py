@@ -43,6 +43,11 @@ logger = logging.getLogger(__name__)
 # misspelt one fails before vLLM is imported.
 CUDAGRAPH_MODES = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
 LORA_DTYPES = ("bfloat16", "float16")  # what vLLM's LoRA kernels (lora_expand / lora_shrink) accept
+# vLLM's prefix-cache block hash (CacheConfig.prefix_caching_hash_algo; "xxhash*" need the xxhash package) and
+# KV block sizes its attention backends take: every full block of every request's prompt is hashed and looked up,
+# so a ~1,000-token CLINC150 prompt costs 62 block hashes per request at vLLM's default 16 tokens a block.
+PREFIX_HASH_ALGOS = frozenset({"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"})
+BLOCK_SIZES = (16, 32, 64, 128)
 
 
 def _compilation_config(capture_sizes: Sequence[int] | None, mode: str | None) -> dict[str, Any]:
@@ -267,11 +272,19 @@ class VLLMEngine:
         cudagraph_mode: str | None = None,
         kv_cache_memory_bytes: int | None = None,
         batch_invariant: bool = False,
+        block_size: int | None = None,
+        prefix_caching_hash_algo: str | None = None,
     ) -> None:
         if enable_lora and dtype not in LORA_DTYPES:
             raise ValueError(
                 f"dtype {dtype!r} cannot score LoRA adapters in vLLM: its LoRA kernels take {' or '.join(LORA_DTYPES)} "
                 "weights only (vLLM 0.26 asserts it at engine start; measured on the GPU, bench/RESULTS.md session 26)"
+            )
+        if block_size is not None and block_size not in BLOCK_SIZES:
+            raise ValueError(f"block_size must be one of {list(BLOCK_SIZES)}, got {block_size!r}")
+        if prefix_caching_hash_algo is not None and prefix_caching_hash_algo not in PREFIX_HASH_ALGOS:
+            raise ValueError(
+                f"prefix_caching_hash_algo must be one of {sorted(PREFIX_HASH_ALGOS)}, got {prefix_caching_hash_algo!r}"
             )
         if cudagraph_mode is not None and cudagraph_mode not in CUDAGRAPH_MODES:
             raise ValueError(f"cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {cudagraph_mode!r}")
@@ -316,6 +329,10 @@ class VLLMEngine:
             **_compilation_config(cudagraph_capture_sizes, cudagraph_mode),
             # a fixed KV cache: vLLM skips its memory profiling (registry.start_with_retries' fallback)
             **({"kv_cache_memory_bytes": int(kv_cache_memory_bytes)} if kv_cache_memory_bytes else {}),
+            # None: vLLM's defaults (16 tokens a block, sha256). Host cost per request grows with the prompt's
+            # blocks (hashing, cache lookups, block bookkeeping), cached or not: bench/vllm_host_profile.py.
+            **({"block_size": int(block_size)} if block_size else {}),
+            **({"prefix_caching_hash_algo": prefix_caching_hash_algo} if prefix_caching_hash_algo else {}),
         )
         self.last_timings: dict[str, float] = {}
 

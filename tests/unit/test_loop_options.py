@@ -148,3 +148,20 @@ def test_batch_invariance_is_a_round_option_given_as_true_or_false() -> None:
     for bad in (1, "true", "yes"):
         with pytest.raises(ValueError, match="batch_invariant must be true or false"):
             parse_loop_options({"profile": "gpu", "engine_options": {"batch_invariant": bad}})
+
+
+def test_block_size_is_a_round_option_and_the_prefix_hash_a_local_one() -> None:
+    """The KV block size decides which prompt tokens come from the cache (scores may move by rounding): frozen
+    into the round. The prefix-cache hash changes no score: a worker's own. Bad values fail at start-up."""
+    from annotate.loopconfig import LOCAL_ENGINE_OPTIONS
+
+    assert "block_size" not in LOCAL_ENGINE_OPTIONS and "prefix_caching_hash_algo" in LOCAL_ENGINE_OPTIONS
+    opts = parse_loop_options(
+        {"profile": "gpu", "engine_options": {"block_size": 64, "prefix_caching_hash_algo": "xxhash"}}
+    )
+    assert dict(opts.engine_options) == {"block_size": 64, "prefix_caching_hash_algo": "xxhash"}
+    for bad in (0, 48, "64", 256):
+        with pytest.raises(ValueError, match="block_size must be one of"):
+            parse_loop_options({"profile": "gpu", "engine_options": {"block_size": bad}})
+    with pytest.raises(ValueError, match="prefix_caching_hash_algo must be one of"):
+        parse_loop_options({"profile": "gpu", "engine_options": {"prefix_caching_hash_algo": "md5"}})

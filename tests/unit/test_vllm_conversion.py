@@ -255,3 +255,21 @@ def test_batch_invariance_is_asked_for_before_vllm_is_imported_and_refused_after
     assert VLLMEngine("/nowhere").batch_invariant is False
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")  # set by the deployment: on, whatever the option says
     assert VLLMEngine("/nowhere", batch_invariant=True).batch_invariant is True
+
+
+def test_block_size_and_prefix_hash_reach_vllm_and_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The KV block size and the prefix-cache hash (host cost per prompt block) go to vLLM as given; none given
+    leaves vLLM's defaults; a size or hash vLLM does not have is refused before vLLM is imported."""
+    from scoring.engines.vllm import VLLMEngine
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: seen.append(options))
+    VLLMEngine("/nowhere", block_size=64, prefix_caching_hash_algo="xxhash")
+    VLLMEngine("/nowhere")
+    assert seen[0]["block_size"] == 64 and seen[0]["prefix_caching_hash_algo"] == "xxhash"
+    assert "block_size" not in seen[1] and "prefix_caching_hash_algo" not in seen[1]
+    with pytest.raises(ValueError, match="block_size must be one of"):
+        VLLMEngine("/nowhere", block_size=48)
+    with pytest.raises(ValueError, match="prefix_caching_hash_algo must be one of"):
+        VLLMEngine("/nowhere", prefix_caching_hash_algo="md5")
+    assert len(seen) == 2
