@@ -3,7 +3,7 @@
 set's own prompt, one process per variant of engine options and environment, with cProfile on request.
 
     python bench/vllm_host_profile.py run --model DIR --data DIR/clinc150 [--data-short DIR/trec] \
-        [--n 4000] [--k 4] [--variants inproc,inproc-profile,mp,block64,xxhash] --out OUT [--budget S]
+        [--n 4000] [--k 4] [--variants inproc-profile,inproc,mp,block64,short] --out OUT [--budget S]
     python bench/vllm_host_profile.py table OUT          # the markdown table of OUT/*.json
 
 The prompt is the one a new project of that set renders (the app's default instructions and item template,
@@ -19,7 +19,8 @@ model-runner host code are in the profile) and write the top functions to OUT/<v
 Variants: ``inproc`` (the engine core in the scoring process, as in a Celery prefork child: how the gpu workers
 run it), ``mp`` (vLLM's default: the engine core in its own process), ``block64`` / ``block128`` (KV blocks of
 64 / 128 tokens: 4x / 8x fewer blocks per prompt to hash and look up), ``xxhash`` (the prefix-cache hash),
-``short`` (the same on --data-short, e.g. TREC: a short label list). Each row records the git commit
+``seqs2048`` (twice the sequences per step: the per-step host cost over more requests), ``short`` (the
+same on --data-short, e.g. TREC: a short label list). Each row records the git commit
 (``BENCH_COMMIT`` when set) and its options.
 """
 
@@ -51,6 +52,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "block128": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, "engine": {"block_size": 128}},
     "xxhash": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, "engine": {"prefix_caching_hash_algo": "xxhash"}},
     "mp-block64": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, "engine": {"block_size": 64}},
+    "seqs2048": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, "engine": {"max_num_seqs": 2048}},
     "short": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, "short": True},
 }
 
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-short", default="")
     ap.add_argument("--n", type=int, default=4000)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--variants", default="inproc,inproc-profile,mp,block64,xxhash,short")
+    ap.add_argument("--variants", default="inproc-profile,inproc,mp,block64,short,xxhash,seqs2048")
     ap.add_argument("--out", default="")
     ap.add_argument("--budget", type=int, default=0, help="seconds for all variants (0: no limit)")
     args = ap.parse_args(argv)
