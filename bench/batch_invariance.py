@@ -7,7 +7,9 @@ of the items and max |dp| 0.0865 in bfloat16, so "identical predictions" did not
     python bench/batch_invariance.py table OUT/*.json            # the comparison table of several runs
 
 One engine (the app's, through ``scoring.engines.get_engine``: the ``batch_invariant`` engine option is the one
-under test) scores the same N items under K adapters three times: ``first`` (one call, a cold prefix cache),
+under test) scores the same N items under K adapters three times: ``first`` (one call on a fresh engine: a cold
+prefix cache, which the vLLM engine's score() fills with one warm-up request per adapter before the items since
+2026-12-06; session 26 measured first ↔ whole before that),
 ``whole`` (one call again, warm), ``shuffled`` (the items in a random order, in calls of 1, 7, 61, 300, ...
 items, so each item meets other neighbours and batch sizes). The report compares whole ↔ shuffled (batching
 alone) and first ↔ whole (the prefix cache's state): the share of items whose K distributions are bit for bit

@@ -273,3 +273,63 @@ def test_block_size_and_prefix_hash_reach_vllm_and_bad_values_are_refused(monkey
     with pytest.raises(ValueError, match="prefix_caching_hash_algo must be one of"):
         VLLMEngine("/nowhere", prefix_caching_hash_algo="md5")
     assert len(seen) == 2
+
+
+def test_every_score_call_puts_the_prefix_in_the_cache_per_adapter_before_its_items(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh worker's first step computes the shared prefix in the same pass as its items, which gives other
+    bits than reading it from the cache (session 26): so score() first sends one request per adapter (the prefix
+    and a fixed one-item suffix) and only then the items, each adapter's LoRA with it; the warm-up's outputs are
+    not part of the result."""
+    import sys
+    import types
+
+    from scoring.engines.vllm import WARMUP_TEXT, VLLMEngine
+    from scoring.prompts import RenderedBatch
+
+    class SamplingParams:
+        def __init__(self, **kwargs: Any) -> None:
+            self.kwargs = kwargs
+
+    class LoRARequest:
+        def __init__(self, name: str, int_id: int, path: str) -> None:
+            self.name, self.int_id, self.path = name, int_id, path
+
+    vllm = types.ModuleType("vllm")
+    vllm.SamplingParams = SamplingParams  # type: ignore[attr-defined]
+    lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
+    request.LoRARequest = LoRARequest  # type: ignore[attr-defined]
+    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+    label_ids = [101, 102, 103]
+    texts = ["first item", "second item"]
+
+    class Renderer:
+        prefix_ids = [1, 2, 3, 4]
+        label_token_ids = label_ids
+        max_context = 64
+
+        def render(self, items: list[str]) -> RenderedBatch:
+            return RenderedBatch([[10 + len(t), 7] for t in items], np.zeros(len(items), dtype=bool))
+
+    logp = np.log(np.full((2, len(texts), 3), 0.2))
+    calls: list[tuple[list[Any], Any, Any]] = []
+
+    class LLM:
+        def generate(self, prompts: list[Any], params: Any, lora_request: Any = None, use_tqdm: bool = True) -> Any:
+            calls.append((prompts, params, lora_request))
+            return fake_outputs(logp, label_ids, 0, True) if len(calls) == 2 else [None] * len(prompts)
+
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine.enable_lora, engine.max_model_len, engine.llm = True, 128, LLM()
+    adapters = [AdapterRef("a", 1, "/a"), AdapterRef("b", 2, "/b")]
+    result = engine.score(Renderer(), texts, adapters)  # type: ignore[arg-type]
+
+    warm, scored = calls
+    assert [p["prompt_token_ids"] for p in warm[0]] == [[1, 2, 3, 4, 10 + len(WARMUP_TEXT), 7]] * 2
+    assert [lr.name for lr in warm[2]] == ["a", "b"] and warm[1].kwargs["max_tokens"] == 1
+    assert len(scored[0]) == 4 and [lr.name for lr in scored[2]] == ["a", "a", "b", "b"]
+    assert result.p.shape == (2, 2, 3) and np.allclose(result.p, 1 / 3)
+    assert engine.last_timings["warm_s"] >= 0.0
