@@ -3,6 +3,8 @@ fitted on held-out batches (training/blend.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from training.blend import (
+    FLOOR,
     GRID,
     MIN_HELDOUT,
     BlendInputError,
@@ -66,14 +69,14 @@ def test_the_better_part_wins_and_a_complementary_pair_mixes():
     right, wrong = _onehot(y, 4), _onehot((y + 1) % 4, 4)
     assert fit_weight([HeldOut(y=y, p_llm=right, p_proxy=wrong)]).weight > 0.5
     assert fit_weight([HeldOut(y=y, p_llm=wrong, p_proxy=right)]).weight < 0.5
-    # The adapters are sure and right on the first half, unsure (and a little wrong) on the second,
-    # where the proxy is right: only a mix gets both halves.
+    # The adapters are fairly sure and right on the first half, unsure (and a little wrong) on the second,
+    # where the proxy is right: only a mix gets both halves, and a mix is the likeliest (w ≈ 0.7).
     half = len(y) // 2
-    llm = right.copy()
+    llm = _onehot(y, 4, sharp=0.6)
     llm[half:] = 0.25
     llm[np.arange(half, len(y)), (y[half:] + 1) % 4] = 0.28
-    proxy = _onehot(y, 4, sharp=0.4)
-    proxy[:half] = _onehot((y[:half] + 2) % 4, 4, sharp=0.4)
+    proxy = _onehot(y, 4, sharp=0.7)
+    proxy[:half] = _onehot((y[:half] + 2) % 4, 4, sharp=0.7)
     fit = fit_weight([HeldOut(y=y, p_llm=llm, p_proxy=proxy)])
     assert 0.0 < fit.weight < 1.0
     assert fit.accuracy["blend"] == 1.0 and fit.accuracy["llm"] == 0.5 and fit.accuracy["proxy"] == 0.5
@@ -95,13 +98,66 @@ def _dist(n: int, c: int) -> st.SearchStrategy[np.ndarray]:
 
 @settings(max_examples=60, deadline=None)
 @given(st.data(), st.integers(MIN_HELDOUT, 40), st.integers(2, 6))
-def test_the_fitted_blend_is_never_worse_than_either_part_on_its_evidence(data, n, c):
+def test_the_fitted_blend_is_never_worse_than_the_adapters_and_never_the_proxy_alone(data, n, c):
+    """On its evidence the pick gets at least as many right as the adapters alone (w = 1 is on the grid) and
+    as any other weight from FLOOR up, and it is never the proxy alone however well that does."""
     y = data.draw(arrays(np.int64, n, elements=st.integers(0, c - 1)))
     fit = fit_weight([HeldOut(y=y, p_llm=data.draw(_dist(n, c)), p_proxy=data.draw(_dist(n, c)))])
-    assert fit.weight in GRID
-    blended, llm, proxy = (fit.accuracy[part] for part in ("blend", "llm", "proxy"))
-    assert blended is not None and llm is not None and proxy is not None
-    assert blended >= max(llm, proxy)
+    assert fit.weight in GRID and fit.weight >= FLOOR
+    blended, llm = fit.accuracy["blend"], fit.accuracy["llm"]
+    assert blended is not None and llm is not None and blended >= llm
+
+
+def test_the_clinc150_round_that_took_the_proxy_alone_blends_now():
+    """Session 26's deployed CLINC150 run, round 3 (bench/raw/2026-12-06/deployed-72b9736-clinc150.tgz, its records'
+    blend evidence of rounds 2 and 3, the held-out batches the fit pools): the proxy alone got 16 of 100 right, the
+    adapters 14, so the rule took w = 0 and the round's test accuracy fell from 39.1 % to 11.4 %; with the floor it
+    cannot take the proxy alone."""
+    round2 = {
+        "n": 50,
+        "gain": [0] * 11,
+        "loss": [5, 1] + [0] * 9,
+        "loglik": [
+            -690.7755,
+            -453.0222,
+            -424.6031,
+            -407.4499,
+            -395.0795,
+            -385.4844,
+            -377.6445,
+            -370.8781,
+            -365.0028,
+            -359.8203,
+            -355.1844,
+        ],
+        "correct": [0, 4] + [5] * 9,
+    }
+    round3 = {
+        "n": 50,
+        "gain": [10, 3] + [1] * 7 + [0, 0],
+        "loss": [3] + [1] * 7 + [0, 0, 0],
+        "loglik": [
+            -488.6284,
+            -343.5551,
+            -320.2989,
+            -306.2523,
+            -296.2463,
+            -288.555,
+            -282.4076,
+            -277.4189,
+            -273.4284,
+            -270.5607,
+            -273.6012,
+        ],
+        "correct": [16, 11, 9, 9, 9, 9, 9, 9, 10, 9, 9],
+    }
+    counts = pool([round2, round3])
+    assert choose_weight(counts, floor=0.0) == 0.0  # what the run did: 16 right at w = 0
+    # From the floor up 15 right at w = 0.1 and 0.8, 0.8 the likelier: the test set said 39.1 % (w = 0: 11.4 %)
+    assert choose_weight(counts) == 0.8
+    assert choose_weight(counts, by="loglik") == 1.0  # by likelihood the adapters alone
+    counts["loglik"][0] = 0.0  # were the proxy alone the likeliest too, still not the proxy alone
+    assert choose_weight(counts, by="loglik") >= FLOOR
 
 
 def test_counts_add_up_and_replay_the_fit():
@@ -125,11 +181,13 @@ def test_counts_add_up_and_replay_the_fit():
 def test_the_guard_keeps_the_adapters_unless_the_gain_is_clear():
     counts = {"n": 100, "correct": [60] * 10 + [58], "gain": [6] * 10 + [0], "loss": [4] * 10 + [0]}
     counts["loglik"] = [-50.0] * 11
-    assert choose_weight(counts) == 0.9  # two items more: the plain rule moves
-    assert choose_weight(counts, guard=1.0) == 1.0  # 6 - 4 < sqrt(10): not clear
+    acc: dict[str, Any] = {"by": "accuracy", "floor": 0.0}
+    assert choose_weight(counts, **acc) == 0.9  # two items more: the plain rule moves
+    assert choose_weight(counts, guard=1.0, **acc) == 1.0  # 6 - 4 < sqrt(10): not clear
     clear = {**counts, "gain": [12] * 10 + [0], "loss": [2] * 10 + [0]}
-    assert choose_weight(clear, guard=1.0) == 0.9  # 12 - 2 >= sqrt(14)
-    assert choose_weight({**counts, "n": 5}) == 1.0  # too few items
+    assert choose_weight(clear, guard=1.0, **acc) == 0.9  # 12 - 2 >= sqrt(14)
+    assert choose_weight({**counts, "n": 5}, **acc) == 1.0  # too few items
+    assert choose_weight(counts) == 0.9 and choose_weight(counts, by="loglik") == 0.9  # equal likelihoods
     with pytest.raises(BlendInputError):
         choose_weight({**counts, "correct": [1, 2]})
     with pytest.raises(BlendInputError):

@@ -51,13 +51,16 @@ def test_rules_replay_weights_and_test_accuracy() -> None:
     assert default == [(100, 1.0, 80.0), (200, 0.5, 90.0)]
     assert blend_rules.replay(rounds, blend_rules.RULES["proxy alone (w = 0)"])[1] == (200, 0.0, 60.0)
     # The guard: 12 gained against 2 lost clears sqrt(14), so the weight moves here too.
-    assert blend_rules.replay(rounds, blend_rules.RULES["batches, last 3, guard z = 1"])[1][1] == 0.5
+    assert blend_rules.replay(rounds, blend_rules.RULES["batches, last 3, by accuracy, guard z = 1"])[1][1] == 0.5
     # The random slice is empty: its rules keep the adapters.
-    assert blend_rules.replay(rounds, blend_rules.RULES["random slice, all rounds"])[1][1] == 1.0
+    assert blend_rules.replay(rounds, blend_rules.RULES["random slice, all rounds, by accuracy"])[1][1] == 1.0
     text = blend_rules.tables(records)
-    assert "the default rule gives the recorded weight in 2 of 2 rounds" in text
-    assert "| toy | active | batches, last 3 (the default) | 90.0 | – | – | +10.0 | – | – |" in text
-    assert "| batches, last 3 (the default) | +10.00 | +10.0 | 0 | 1 |" in text
+    assert (
+        "of their 2 rounds, the recorded weight is the one the rule until 2026-12-06 gives in 2 and the default's in 2"
+        in text
+    )
+    assert f"| toy | active | {blend_rules.DEFAULT} | 90.0 | – | – | +10.0 | – | – |" in text
+    assert f"| {blend_rules.DEFAULT} | +10.00 | +10.0 | 0 | 1 |" in text
     assert "| proxy alone (w = 0) | -20.00 | -20.0 | 1 | 1 |" in text
 
 
@@ -131,19 +134,21 @@ def test_prequential_scores_each_weight_on_the_next_rounds_counts() -> None:
     # on round 3's; its own round's slice would say 63, round 3's pick 0.2 on it 71, the test 500+),
     # 84 (w = 0.2 on round 4's). Round 4's weight meets an empty slice and round 5 has no next round.
     assert blend_rules.prequential(rounds, default) == [
-        (100, 1.0, 60, 100, 0, 0),
-        (200, 0.5, 76, 100, 6, 0),
-        (300, 0.2, 84, 100, 4, 0),
+        (100, 1.0, 60, 100, 0, 0, -1.0),
+        (200, 0.5, 76, 100, 6, 0, -1.0),
+        (300, 0.2, 84, 100, 4, 0, -1.0),
     ]
     # On the whole next batch round 4's weight is scored too (round 5's batch is not empty).
     assert blend_rules.prequential(rounds, default, "batch") == [
-        (100, 1.0, 30, 50, 0, 0),
-        (200, 0.5, 30, 50, 0, 0),
-        (300, 0.2, 30, 50, 0, 0),
-        (400, 0.2, 35, 50, 5, 0),
+        (100, 1.0, 30, 50, 0, 0, -1.0),
+        (200, 0.5, 30, 50, 0, 0, -1.0),
+        (300, 0.2, 30, 50, 0, 0, -1.0),
+        (400, 0.2, 35, 50, 5, 0, -1.0),
     ]
     # The random slice of the last 3 rounds stays at 0.5: its own evidence, scored the same way.
-    assert [s.correct for s in blend_rules.prequential(rounds, blend_rules.RULES["random slice, last 3"])] == [
+    assert [
+        s.correct for s in blend_rules.prequential(rounds, blend_rules.RULES["random slice, last 3, by accuracy"])
+    ] == [
         60,
         76,
         78,
@@ -154,9 +159,16 @@ def test_prequential_scores_each_weight_on_the_next_rounds_counts() -> None:
     assert "(and not the test tables below) is the one that may choose a rule" in choice
     assert "300 random-slice items in 3 rounds, 200 batch items in 4 rounds" in choice
     # 220 of 300 against the adapters' 210; gain 10, loss 0: z = 10 / sqrt(10). Batch: 125 of 200, 120.
-    assert "| batches, last 3 (the default) | 73.3 | +3.3 | +3.3 | +3.2 | 62.5 | +2.5 | +2.5 |" in choice
-    assert "| adapters alone (w = 1) | 70.0 | +0.0 | +0.0 | – | 60.0 | +0.0 | +0.0 |" in choice
-    assert "| proxy alone (w = 0) | 60.0 | -10.0 | -10.0 | -5.5 | 60.0 | +0.0 | +0.0 |" in choice
+    assert (
+        f"| {blend_rules.DEFAULT} | 73.3 | +3.3 | +3.3 | +3.2 | 0.010 | +0.000 | +0.000 | 62.5 | +2.5 | +2.5 |"
+        in choice
+    )
+    assert (
+        "| adapters alone (w = 1) | 70.0 | +0.0 | +0.0 | – | 0.010 | +0.000 | +0.000 | 60.0 | +0.0 | +0.0 |" in choice
+    )
+    assert (
+        "| proxy alone (w = 0) | 60.0 | -10.0 | -10.0 | -5.5 | 0.010 | +0.000 | +0.000 | 60.0 | +0.0 | +0.0 |" in choice
+    )
     assert blend_rules.UPPER_BOUND not in choice  # it reads the test counts
     assert blend_rules.UPPER_BOUND in test
 
@@ -175,8 +187,13 @@ def test_prequential_skips_missing_rounds_and_counts_and_pools_sets() -> None:
     assert "400 random-slice items in 4 rounds, 210 batch items in 5 rounds" in choice
     # The proxy alone: 180 of 300 on toy (−10 points), 80 of 100 on other (+30): 260 of 400 pooled, as
     # the adapters alone; the worst set is toy's. The default keeps w = 1 on other's seed round.
-    assert "| proxy alone (w = 0) | 65.0 | +0.0 | -10.0 | +0.0 | 59.5 | +0.0 | +0.0 |" in choice
-    assert "| batches, last 3 (the default) | 67.5 | +2.5 | +0.0 | +3.2 | 61.9 | +2.4 | +0.0 |" in choice
+    assert (
+        "| proxy alone (w = 0) | 65.0 | +0.0 | -10.0 | +0.0 | 0.010 | +0.000 | +0.000 | 59.5 | +0.0 | +0.0 |" in choice
+    )
+    assert (
+        f"| {blend_rules.DEFAULT} | 67.5 | +2.5 | +0.0 | +3.2 | 0.010 | +0.000 | +0.000 | 61.9 | +2.4 | +0.0 |"
+        in choice
+    )
 
 
 def test_random_slice_window_keeps_the_last_rounds() -> None:
@@ -184,8 +201,8 @@ def test_random_slice_window_keeps_the_last_rounds() -> None:
     history = [{"grid": list(GRID), "uniform": _bumped(100, 50, {0: 40})}] + [
         {"grid": list(GRID), "uniform": _bumped(100, 50, {5: 5})} for _ in range(3)
     ]
-    assert blend_rules.RULES["random slice, all rounds"](history) == 0.0
-    assert blend_rules.RULES["random slice, last 3"](history) == 0.5
+    assert blend_rules.RULES["random slice, all rounds, by accuracy"](history) == 0.0
+    assert blend_rules.RULES["random slice, last 3, by accuracy"](history) == 0.5
     assert blend_rules.RULES[blend_rules.DEFAULT](history) == 1.0  # no batch counts: the adapters alone
 
 
@@ -199,7 +216,7 @@ def test_the_min_held_out_rule_keeps_the_adapters_until_enough_batches_pool() ->
     batch = _counts(100, [20, 21, 22, 23, 24, 60, 30, 30, 30, 30, 30])  # w = 0.5 wins each batch
     records = [_record(100, 1, 1.0, None, test), _record(200, 2, 0.5, batch, test), _record(300, 3, 0.5, batch, test)]
     (rounds,) = blend_rules.jobs(records).values()
-    rule = blend_rules.RULES["batches, last 3, from 200 held-out"]
+    rule = blend_rules.RULES["batches, last 3, by accuracy, from 200 held-out"]
     # 100 held-out items after round 2: the adapters alone; 200 after round 3: the fitted weight.
     assert [w for _, w, _ in blend_rules.replay(rounds, rule)] == [1.0, 1.0, 0.5]
     assert [w for _, w, _ in blend_rules.replay(rounds, blend_rules.RULES[blend_rules.DEFAULT])] == [1.0, 0.5, 0.5]
