@@ -38,22 +38,50 @@ app.conf.result_expires = 3600
 app.conf.worker_direct = True
 
 
+# Every worker sweeps this often (seconds; 0: never): the job engine's resume again, so that a unit whose
+# worker died is taken up by a worker that stays up, not only when some worker starts or reconnects.
+JOBS_SWEEP_S = float(os.environ.get("ALANN_JOBS_SWEEP_S", "120"))
+
+
+def _send_resume(hostname: str, connected: str) -> None:
+    from celery.utils import worker_direct
+
+    app.send_task("annotate.jobs_resume", args=[connected], queue=worker_direct(hostname))
+
+
 class ResumeOnConnect(bootsteps.StartStopStep):
     """Started each time a worker's consumer (re)connects to the broker: the job engine's resume
     (``annotate.jobs_resume``, annotate/services/jobs.py), sent by name to this worker's own queue
     (``worker_direct``: it runs in the process that connected, whatever queues it reads). Celery's
     ``worker_ready`` fires at the first connection only, so a broker restarted under running workers
-    (the compose file's Redis keeps nothing) would leave every queued unit waiting forever."""
+    (the compose file's Redis keeps nothing) would leave every queued unit waiting forever.
+
+    Then every ``JOBS_SWEEP_S`` the same resume again (the consumer's timer, in the worker's main process),
+    with the same connection time: a unit held by a process that died since (a worker whose container is
+    gone and never comes back, a child the OOM killer took) is sent again by whichever worker sweeps next;
+    a queued unit whose message went out after this worker connected is left alone (its message may still
+    be waiting in a queue), so a long queue gets no duplicates."""
 
     requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def __init__(self, parent: object, **kwargs: object) -> None:
+        super().__init__(parent, **kwargs)
+        self.sweep: object | None = None
 
     def start(self, c: object) -> None:
         from datetime import UTC, datetime
 
-        from celery.utils import worker_direct
-
         hostname = str(c.hostname)  # type: ignore[attr-defined]
-        app.send_task("annotate.jobs_resume", args=[datetime.now(UTC).isoformat()], queue=worker_direct(hostname))
+        connected = datetime.now(UTC).isoformat()
+        _send_resume(hostname, connected)
+        timer = getattr(c, "timer", None)
+        if JOBS_SWEEP_S > 0 and timer is not None:
+            self.sweep = timer.call_repeatedly(JOBS_SWEEP_S, _send_resume, (hostname, connected), priority=10)
+
+    def stop(self, c: object) -> None:
+        if self.sweep is not None:
+            self.sweep.cancel()  # type: ignore[attr-defined]
+            self.sweep = None
 
 
 app.steps["consumer"].add(ResumeOnConnect)

@@ -24,7 +24,8 @@ an auto-labelling calibration, run and shard — is a row with ``status``, ``wor
   items to the dead letters. The tasks' own retry policy for transient errors is ``annotate.tasks.RETRY``.
 - **resume after a kill**: every worker start runs ``resume_all`` once (``annotate.jobs_resume``, sent
   to the starting worker's own queue), and so does every reconnection of a worker to the broker (a
-  restarted broker lost the queued messages: config/celery.py ``ResumeOnConnect``); it asks each job
+  restarted broker lost the queued messages: config/celery.py ``ResumeOnConnect``) and every
+  ``ALANN_JOBS_SWEEP_S`` after it (a unit whose worker died while the others stay up); it asks each job
   kind in ``JOBS`` to send again what it still needs. A unit already queued is sent again when its
   last message went out before the worker started or reconnected (or before the broker's own start): a
   worker killed after it received the message and before it claimed the unit leaves the message

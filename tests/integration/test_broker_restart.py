@@ -137,7 +137,7 @@ def test_a_broker_restart_under_running_workers_loses_no_round(
             except AssertionError:
                 raise AssertionError(workers.logs()) from None
             log = tmp_path / "worker-cpu.log"
-            wait_for(lambda: _resumes(log) == 2, 30, "the second resume")
+            wait_for(lambda: _resumes(log) >= 2, 30, "the second resume")  # (a sweep may add more)
 
             workers.start("gpu", queues="gpu")
             try:
