@@ -83,6 +83,16 @@
 # part; `wait 240`, `wait 565`: 300 labels in 6 rounds, parity done. Then `INVARIANCE=1 ... gpu_deployed.sh invariance`
 # on the same warm machine (needs SETS, LLM_DIR, RUN_COMMIT, PARITY_VLLM exported; ~200 s). vllm-fp32 cannot start
 # (vLLM's LoRA kernels take fp16/bf16 only): drop it from the parity variants next time.
+# Session 27 had no device time (its budget was shared with session 26's CI retry). Planned for the next sitting:
+#   here: SETS="clinc150 trec" PART_BYTES=56000000 bash bench/gpu_deployed.sh pack (six parts; bench/raw moved out)
+#   1. one call per part: RUN_COMMIT=<sha> SETS=clinc150 NO_RUN=1 bash bench/gpu_deployed.sh stage (nothing starts)
+#   2. PROFILE_BUDGET=540 PROFILE_N=2000 bash bench/gpu_deployed.sh profile: bench/vllm_host_profile.py's variants
+#      (where a CLINC150 gpu worker's scoring time goes; ~80 s a variant, the profile's table comes back under $OUT)
+#   3. on the same machine, the deployed CLINC150 run with what the profile says (e.g. "block_size": 64 in both LOOP
+#      and GPU_LOOP: a round option; GPU_WORKERS=8 GPU_SHARE=0.08 if the engines are host-bound each),
+#      PARITY=1 PARITY_VARIANTS=hf-fp32,hf-fp16,vllm-fp16 (float16 against CLINC150's bf16 near ties) INVARIANCE=1
+#      (the per-adapter prefix warm-up: first vs whole should now be bit-identical with batch_invariant):
+#      `<options> bash bench/gpu_deployed.sh stage` (without NO_RUN it starts the run), then `wait`s.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -137,6 +147,8 @@ INVARIANCE=${INVARIANCE:-}
 INVARIANCE_BUDGET=${INVARIANCE_BUDGET:-200}
 INVARIANCE_N=${INVARIANCE_N:-2000}
 PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (empty: all; sorted sets then hold few classes)
+# more variants beside the app's engines, a comma list (default hf-fp32; e.g. "hf-fp32,hf-fp16,vllm-fp16": float16 in both)
+PARITY_VARIANTS=${PARITY_VARIANTS:-hf-fp32}
 # its vLLM engines' GPU share and CUDA graphs: the gpu workers are still up (the throughput rounds follow)
 PARITY_VLLM=${PARITY_VLLM:-'{"gpu_memory_utilization": 0.2, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
@@ -329,12 +341,17 @@ parity)  # there, called by the driver once the projects are done (--after-proje
       VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
     timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
       --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
-      --adapters $adapters --variants hf-fp32 ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
+      --adapters $adapters --variants ${PARITY_VARIANTS:-hf-fp32} ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
       --vllm-options "$PARITY_VLLM" --out "$P/bf16"
     echo "parity (app engines, bfloat16) exit $?"
     python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm \
       --reference hf-fp32 --out "$P/fp32"
-    echo "parity (vllm against hf in float32) exit $?" ) > "$P/parity.log" 2>&1
+    echo "parity (vllm against hf in float32) exit $?"
+    if [[ ",$PARITY_VARIANTS," == *,vllm-fp16,* && ",$PARITY_VARIANTS," == *,hf-fp16,* ]]; then
+      python3 bench/engine_parity.py report --work "$P/work" --check deployed --candidate vllm-fp16 \
+        --reference hf-fp16 --out "$P/fp16"
+      echo "parity (both engines in float16) exit $?"
+    fi ) > "$P/parity.log" 2>&1
   ;;
 
 after)  # there, called by the driver once the projects are done (--after-projects)

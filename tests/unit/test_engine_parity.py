@@ -38,6 +38,9 @@ def test_variants_are_the_app_engines_with_one_changed_option_each() -> None:
     assert ep.parse_variant("hf") == ep.Variant("hf", "hf", ())
     assert dict(ep.parse_variant("hf-fp32-full").options) == {"dtype": "float32", "prefix_cache": False}
     assert dict(ep.parse_variant("hf-bf16-unpacked").options) == {"dtype": "bfloat16", "packed_scoring": False}
+    assert (
+        dict(ep.parse_variant("vllm-fp16").options) == dict(ep.parse_variant("hf-fp16").options) == {"dtype": "float16"}
+    )
     warm = ep.parse_variant("vllm@warm")
     assert (warm.kind, warm.options, warm.name) == ("vllm", (), "vllm@warm")
     for bad in ("tgi", "hf-eager", "vllm-full", "vllm-fp32", "hf-fp32-bf16", "vllm@two words", "hf-"):
