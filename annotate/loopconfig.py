@@ -95,6 +95,7 @@ NEW_PROJECT_DEFAULTS: dict[str, dict[str, Any]] = {
 # sequence, and its float block mask, stay ~5k tokens).
 GPU_PROFILE: dict[str, Any] = {
     "max_context": 1024,
+    "eval_shards": 4,  # the deployed shape's gpu workers (four on one GPU) evaluate side by side
     "train": {
         "epochs": 3,
         "min_steps": 48,
@@ -126,6 +127,12 @@ class LoopOptions:
     # of κ is about ±0.01, the margin the 0.99 threshold tests; it costs the evaluation 500 prompts on
     # the prefix the test set already computed.
     stop_set_size: int
+    # Evaluation shards (annotate/services/evaluation.py): the gpu workers score N slices of the evaluation's
+    # prompts side by side (WorkClaim eval_shard units, into the round's evaluation score cache) before the one
+    # evaluate step computes the metrics from them; 0 (the CPU profile): the evaluate step scores everything
+    # itself. Session 26's CLINC150 rounds spent 47-63 s of their 82-117 s in one worker's evaluation
+    # (5,500 test items x 6 adapters x 2 label chunks) while three more gpu workers waited.
+    eval_shards: int
     # The round's predictor (training/blend.py): "auto" blends the adapters' mean with the embedding
     # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
     blend: str
@@ -194,6 +201,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         arms=bool(raw.get("arms", True)),
         arms_every=_at_least_one(raw, "arms_every", int(base.get("arms_every", 1))),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
+        eval_shards=_non_negative(raw, "eval_shards", int(base.get("eval_shards", 0))),
         blend=_blend_mode(raw),
         softrank_beta=_softrank_beta(raw),
         committee=_committee(raw),
@@ -406,6 +414,7 @@ def freeze_config(project: Project, *, adapter_set: str = "") -> dict[str, Any]:
         "version": CONFIG_VERSION,
         "profile": opts.profile,
         "stop_set_size": opts.stop_set_size,
+        "eval_shards": opts.eval_shards,
         # whether the many-label rule widened the adapted layers (the ML page says so)
         "widened": loop.train.top_layers != opts.train.top_layers,
         "adapter_set": adapter_set,
@@ -467,6 +476,12 @@ def round_config(row: Round) -> LoopConfig:
 
 def round_stop_set_size(row: Round) -> int:
     return int(round_frozen(row)["stop_set_size"])
+
+
+def round_eval_shards(row: Round) -> int:
+    """The evaluation shards of the round's frozen config (0: the evaluate step scores everything; a round
+    frozen before the option existed has none)."""
+    return int(round_frozen(row).get("eval_shards", 0))
 
 
 def worker_config(row: Round) -> LoopConfig:

@@ -532,10 +532,11 @@ class ScoreShard(models.Model):
 class WorkClaim(models.Model):
     """A unit of a round's work other than a score shard, claimed like one (annotate/services/jobs.py)
     so that one live process does it: planning (``plan``), choosing the batch (``select``), freezing
-    the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), the evaluation
-    (``evaluate``), ``finish`` (once the round is done or failed: its export snapshot and its
-    notifications), and ``drive``: the whole round held by a synchronous driver (``round run-sync``,
-    the simulation), which workers then leave alone."""
+    the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), a slice of the
+    evaluation's scoring (``eval_shard``, key its number: the gpu workers score the test set side by side
+    before ``evaluate`` reads their scores), the evaluation (``evaluate``), ``finish`` (once the round is
+    done or failed: its export snapshot and its notifications), and ``drive``: the whole round held by a
+    synchronous driver (``round run-sync``, the simulation), which workers then leave alone."""
 
     class Kind(models.TextChoices):
         PLAN = "plan"
@@ -543,6 +544,7 @@ class WorkClaim(models.Model):
         TRAIN_PLAN = "train_plan"
         TRAIN = "train"
         EVALUATE = "evaluate"
+        EVAL_SHARD = "eval_shard"  # key: its number; a slice of the evaluation's scoring (loop option eval_shards)
         DRIVE = "drive"
         FINISH = "finish"  # after done or failed: the export snapshot and notifications (io queue)
 

@@ -99,6 +99,13 @@ def train_adapter(round_id: int, arm: str, k: int) -> str:
     return str(_then_advance(round_id, adapter.content_hash if adapter is not None else ""))
 
 
+@shared_task(name="annotate.gpu.eval_shard", base=RoundTask, **RETRY)
+def eval_shard(round_id: int, shard: int) -> str:
+    from annotate.services.evaluation import eval_shard_run
+
+    return str(_then_advance(round_id, eval_shard_run(round_id=round_id, shard=shard).status))
+
+
 @shared_task(name="annotate.gpu.round_evaluate", base=RoundTask, **RETRY)
 def round_evaluate(round_id: int) -> str:
     from annotate.services.evaluation import round_evaluate_run

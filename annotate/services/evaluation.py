@@ -8,6 +8,13 @@ The round's predictor is the prod ensemble blended with the embedding proxy (tra
 round's own batch is first stored as held-out evidence (the adapters and the proxy of the round
 before never saw its labels), then the weight that predicted the latest batches best is applied to
 the test and stop sets. Loop option ``blend: "off"`` predicts with the adapters alone.
+
+With loop option ``eval_shards`` N > 0 (the GPU profile's 4) the scoring comes first, split: N
+``eval_shard`` units (``eval_shard_run``), one per gpu worker that takes one, each score their slice of
+every set the evaluation scores (``evaluation_jobs``) into the round's evaluation score cache
+(``eval_cache``: scoring/cache.py, keyed by text, prompt and adapter set); the ``evaluate`` unit then
+reads them there and computes the metrics as before (anything no shard scored it scores itself). Without,
+the evaluate unit scores everything alone.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from django.db.models import F, Sum, Value
 from django.db.models.functions import Least
 
 from annotate import steppoints
-from annotate.loopconfig import round_config, round_frozen, round_stop_set_size, worker_config
+from annotate.loopconfig import round_config, round_eval_shards, round_frozen, round_stop_set_size, worker_config
 from annotate.models import AdapterVersion, Annotation, BatchItem, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import jobs
@@ -32,6 +39,7 @@ from annotate.services.projects import stop_set_draw
 from annotate.services.proxy import item_texts, plan_proxy_probabilities
 from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
 from scoring import pipeline
+from scoring.cache import ScoreCache, text_hash
 from scoring.device import device_kind
 from scoring.toplayers import adapted_layers, adapter_config
 from scoring.uncertainty import mean_distribution
@@ -44,19 +52,32 @@ HELDOUT_FILE = "heldout.npz"
 # (the engines' contract; the trunk and prefix caches are per item and per prompt), so chunks cost a
 # Python loop and one UPDATE each.
 EVAL_CHUNK = 128
+EVAL_CACHE = "eval-scores"  # the round folder's evaluation score cache (eval shards write it, evaluate reads it)
+
+
+def eval_cache(row: Round) -> ScoreCache:
+    return ScoreCache(round_dir(row) / EVAL_CACHE)
 
 
 class _Counted:
     """The engine, scoring in chunks of EVAL_CHUNK texts and counting each chunk's prompts (texts x
-    adapters) on the round, with the measured rate for the ETA (training.eta)."""
+    adapters) on the round, with the measured rate for the ETA (training.eta). With a ``cache`` (a round
+    with eval shards) it reads what the shards scored and scores only the rest, counting nothing: the
+    shards counted the evaluation's progress."""
 
-    def __init__(self, engine: Any, round_id: int) -> None:
+    def __init__(self, engine: Any, round_id: int, cache: ScoreCache | None = None) -> None:
         self.engine, self.round_id, self.done, self.started = engine, round_id, 0, time.perf_counter()
+        self.cache = cache
 
     def score(self, renderer: Any, texts: Any, adapters: Any) -> Any:
         from scoring.engines.base import ScoreResult
         from training.eta import seconds_per_unit
 
+        if self.cache is not None and texts:
+            got = pipeline.score_items(
+                self.engine, renderer, list(texts), [text_hash(t) for t in texts], adapters, cache=self.cache
+            )
+            return ScoreResult(p=got.p, mass=got.mass, truncated=np.zeros(len(texts), dtype=bool), tokens=got.tokens)
         if not texts:
             return self.engine.score(renderer, texts, adapters)
         parts = []
@@ -176,8 +197,12 @@ def _score_sets(
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
         by_arm.setdefault(adapter.arm, []).append(adapter)
     total = _evaluation_prompts(row, by_arm, len(texts), len(stop_texts))
-    Round.objects.filter(id=row.id).update(eval_items_total=total, eval_items_done=0, unit_seconds=0.0)
-    engine = _Counted(ensemble.make_engine(config), row.id)
+    sharded = round_eval_shards(row) > 0
+    if sharded:  # the shards counted the prompts as they scored them
+        Round.objects.filter(id=row.id).update(eval_items_total=total, eval_items_done=total)
+    else:
+        Round.objects.filter(id=row.id).update(eval_items_total=total, eval_items_done=0, unit_seconds=0.0)
+    engine = _Counted(ensemble.make_engine(config), row.id, eval_cache(row) if sharded else None)
     names = loop_sel.label_names(project=row.project)
     out: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
     p_stop = np.empty((0, len(names)))
@@ -204,6 +229,81 @@ def _score_sets(
     elif "scratch" in out:
         out["prod0"] = out["prod"]
     return out, p_stop, blend_record, predictor
+
+
+def evaluation_jobs(row: Round) -> list[tuple[list[str], list[Any]]]:
+    """What the evaluation will score, as (texts, adapter refs), as ``_score_sets`` asks for it: the held-out
+    batch under the round before's prod adapters (``heldout_write``'s conditions), the test and stop sets
+    under the prod adapters, the test set under every other arm's, the first prod member alone beside a
+    scratch member."""
+    config = round_config(row)
+    out: list[tuple[list[str], list[Any]]] = []
+    previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
+    if config.blend == "auto" and previous and plan_path(previous[0].round).is_file():
+        batch = list(
+            BatchItem.objects.filter(round=row, item__final_label__isnull=False, item__is_test=False)
+            .order_by("item_id")
+            .values_list("item__text", flat=True)
+        )
+        if batch:
+            out.append((batch, loop_sel.adapter_refs(previous)))
+    _, texts, _ = loop_sel.test_items(project=row.project)
+    _, stop_texts = loop_sel.stop_set_items(project=row.project) if round_stop_set_size(row) else ([], [])
+    by_arm: dict[str, list[AdapterVersion]] = {}
+    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
+        by_arm.setdefault(adapter.arm, []).append(adapter)
+    for arm, adapters in by_arm.items():
+        if arm == AdapterVersion.Arm.PROD and (texts or stop_texts):
+            out.append(([*texts, *stop_texts], loop_sel.adapter_refs(adapters)))
+        elif texts:
+            out.append((list(texts), loop_sel.adapter_refs(adapters)))
+    if texts and "scratch" in by_arm and len(by_arm.get("prod", [])) > 1:
+        out.append((list(texts), loop_sel.adapter_refs(by_arm["prod"][:1])))
+    return out
+
+
+def eval_shard_run(*, round_id: int, shard: int) -> Round:
+    """Score shard ``shard`` of the round's ``eval_shards`` slices of the evaluation into its evaluation score
+    cache, holding the round's ``eval_shard`` unit of that number (round still evaluating)."""
+    row = Round.objects.select_related("project").get(id=round_id)
+    if row.status == S.EVALUATING:
+        rows = jobs.work_rows(row.id, WorkClaim.Kind.EVAL_SHARD, str(shard))
+        jobs.run_claimed(rows, round_id=row.id, what=f"evaluation shard {shard}", step=lambda: _eval_shard(row, shard))
+    row.refresh_from_db()
+    return row
+
+
+def _eval_shard(row: Round, shard: int) -> None:
+    from training.eta import seconds_per_unit
+
+    started = time.perf_counter()
+    n = round_eval_shards(row)
+    with transaction.atomic():  # the first evaluation draws the stop set: the shards score it too
+        stop_set_draw(project=row.project, size=round_stop_set_size(row))
+    config = worker_config(row)
+    renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+    engine, cache = ensemble.make_engine(config), eval_cache(row)
+    work = evaluation_jobs(row)
+    total = sum(len(texts) * max(1, len(refs)) for texts, refs in work)
+    Round.objects.filter(id=row.id).update(eval_items_total=total)
+    done = 0
+    for texts, refs in work:
+        lo, hi = len(texts) * shard // n, len(texts) * (shard + 1) // n
+        part = texts[lo:hi]
+        if not part:
+            continue
+        pipeline.score_items(engine, renderer, part, [text_hash(t) for t in part], refs, cache=cache)
+        done += len(part) * max(1, len(refs))
+        # n shards side by side: the round's rate is about this shard's over n
+        rate = seconds_per_unit(
+            finished_seconds=0.0, finished_units=0, current_seconds=time.perf_counter() - started, current_units=done
+        )
+        Round.objects.filter(id=row.id).update(
+            eval_items_done=Least(F("eval_items_done") + len(part) * max(1, len(refs)), F("eval_items_total")),
+            unit_seconds=rate / n,
+        )
+        steppoints.reached("evaluate_progress", row.id)
+    add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_kind())
 
 
 def heldout_path(row: Round) -> Path:
@@ -411,7 +511,9 @@ def _evaluate(row: Round) -> None:
     test_ids, texts, y = loop_sel.test_items(project=row.project)
     stop_ids: list[int] = []
     stop_texts: list[str] = []
-    if stop_set_draw(project=row.project, size=round_stop_set_size(row)):  # drawn once, then read
+    with transaction.atomic():  # the drawer's row lock holds until its draw commits (one drawer a project)
+        drawn = stop_set_draw(project=row.project, size=round_stop_set_size(row))  # drawn once, then read
+    if drawn:
         stop_ids, stop_texts = loop_sel.stop_set_items(project=row.project)
     labels_used = len(read_plan(row)["prod:0"])
     metrics: dict[str, Any] = {"labels": labels_used, "test_n": len(test_ids), "adapters": _adapters(row)}

@@ -2,7 +2,7 @@
 order of a round's steps.
 
     pending  ─plan→  scoring  ─score every shard→  selecting  ─select→  labeling  ─(request)→  training
-    ─train plan, then every adapter→  evaluating  ─evaluate→  done                 (any active → failed)
+    ─train plan, then every adapter→  evaluating  ─(every eval shard, then) evaluate→  done   (any active → failed)
     done or failed  ─finish→  (the export snapshot and the notifications: annotate/services/notify.py)
 
 A round whose selection finds the pool fully labelled goes selecting → training with no batch
@@ -18,7 +18,8 @@ round run-sync``, the service tests, the simulation) calls it with its own dispa
 units in its process.
 
 The step services — planning.round_plan, scoring.score_shard_run, selection.round_select,
-training.training_plan_run / train_adapter_run, evaluation.round_evaluate_run — do one step and return;
+training.training_plan_run / train_adapter_run, evaluation.eval_shard_run / round_evaluate_run — do one
+step and return;
 they import neither tasks nor each other nor this module. Each unit of work is claimed by one live
 process (annotate/services/jobs.py), so a duplicated message, a second worker or a restart never does
 it twice; a round whose ``drive`` claim a live synchronous process holds gets nothing from the workers.
@@ -42,7 +43,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
-from annotate.loopconfig import config_fingerprint, freeze_config
+from annotate.loopconfig import config_fingerprint, freeze_config, round_eval_shards
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.selectors import rounds as rounds_sel
@@ -257,6 +258,7 @@ STEPS: dict[str, Callable[..., object]] = {
     "annotate.round_select": lambda r: selection.round_select(round_id=r),
     "annotate.round_plan_training": lambda r: training.training_plan_run(round_id=r),
     "annotate.gpu.train_adapter": lambda r, arm, k: training.train_adapter_run(round_id=r, arm=arm, k=k),
+    "annotate.gpu.eval_shard": lambda r, shard: evaluation.eval_shard_run(round_id=r, shard=shard),
     "annotate.gpu.round_evaluate": lambda r: evaluation.round_evaluate_run(round_id=r),
     "annotate.round_finished": lambda r: notify.round_finished_run(round_id=r),
 }
@@ -288,6 +290,14 @@ def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
             for arm, k in training.adapters_to_train(round=row)
         ]
     if row.status == S.EVALUATING:
+        # With eval shards (loop option eval_shards) the gpu workers first score the evaluation side by side;
+        # the evaluate unit, which reads their scores, once every shard is done.
+        shards = [
+            (Work("annotate.gpu.eval_shard", (rid, i)), jobs.work_rows(rid, K.EVAL_SHARD, str(i)))
+            for i in range(round_eval_shards(row))
+        ]
+        if any(rows.exclude(status=jobs.S.DONE).exists() for _, rows in shards):
+            return shards
         return [(Work("annotate.gpu.round_evaluate", (rid,)), jobs.work_rows(rid, K.EVALUATE))]
     if row.status in (S.DONE, S.FAILED):
         return [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
