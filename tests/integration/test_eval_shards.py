@@ -76,3 +76,35 @@ def test_a_sharded_evaluation_gives_the_unsharded_metrics_and_the_evaluate_step_
     assert sharded.metrics["prod"]["confusion"] == plain.metrics["prod"]["confusion"]
     assert sharded.metrics.get("arms", {}).keys() == plain.metrics.get("arms", {}).keys()
     assert round_advance(sharded.id) == [] or sharded.status == "done"
+
+
+@pytest.mark.celery
+@pytest.mark.timeout(400)
+def test_two_gpu_workers_take_the_evaluation_shards_through_the_broker(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, settings: Any, django_db_blocker: Any, monkeypatch: Any
+) -> None:
+    """The deployed path: the shards are ``annotate.gpu.eval_shard`` tasks on the gpu queue, two gpu workers
+    take them, and the last shard's follow-up sends the evaluate task."""
+    from annotate.services.rounds import round_request_retrain
+    from tests.integration.round_helpers import live_loop, round_status, wait_for
+
+    use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "eval_shards": 4}))
+    with live_loop(tmp_path, settings, django_db_blocker) as workers:
+        workers.start("cpu", queues="default,io")
+        workers.start("g1", queues="gpu")
+        workers.start("g2", queues="gpu")
+        project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
+        first = round_request_start(project=project, user=None)
+        try:
+            wait_for(lambda: round_status(first.id) in ("labeling", "failed"), 180, "the cold start", poll=0.3)
+            assert label_batch(project, annotator("g")) > 0
+            round_request_retrain(project=project, user=None)
+            wait_for(lambda: round_status(first.id) in ("done", "failed"), 240, "the round's end", poll=0.3)
+        except AssertionError:
+            raise AssertionError(workers.logs()) from None
+        first.refresh_from_db()
+        assert first.status == "done", first.failure_reason + workers.logs()
+        shards = WorkClaim.objects.filter(round=first, kind="eval_shard")
+        assert sorted(shards.values_list("key", "status")) == [(str(i), "done") for i in range(4)]
+        assert WorkClaim.objects.get(round=first, kind="evaluate").status == "done"
+        assert first.eval_items_done == first.eval_items_total > 0 and "accuracy" in first.metrics
