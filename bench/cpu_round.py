@@ -156,6 +156,10 @@ def main() -> None:
         "phases_round_2": {phase: round(s, 2) for phase, s in timed},
         "round_seconds": round(machine, 2),
         "test_accuracy": metrics.get("accuracy"),
+        # the comparison arms of an arms round: each arm's test accuracy and the paired gain sentence
+        "arms": {arm: (v or {}).get("accuracy") for arm, v in (metrics.get("arms") or {}).items()},
+        "arms_gain": (metrics.get("gain") or {}).get("sentence"),
+        "train_steps": second.train_steps_total,
         "round_1": {"phases": {p: round(s, 2) for k, p, s in phases if k == first.number}},
         "project_defaults": defaults,
         "loop_options": json.loads(args.loop_options),
@@ -174,6 +178,9 @@ def main() -> None:
         print(f"| {phase} | {s:.1f} |")
     print(f"| **round (all but labelling)** | **{machine:.1f}** |")
     print(f"test accuracy {metrics.get('accuracy', float('nan')):.3f} on {metrics.get('test_n')} items; raw: {path}")
+    if result["arms"]:
+        arms = ", ".join(f"{arm} {acc:.3f}" for arm, acc in result["arms"].items() if acc is not None)
+        print(f"arms ({second.train_steps_total} training steps in all): {arms}; {result['arms_gain']}")
 
 
 if __name__ == "__main__":

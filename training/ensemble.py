@@ -127,7 +127,7 @@ def train_member(
         texts=texts,
         label_indices=label_indices,
         out_dir=out_dir,
-        config=replace(config.train, seed=member_seed(round_seed, arm, k)),
+        config=replace(config.train.for_arm(arm), seed=member_seed(round_seed, arm, k)),
         warm_from=warm_from if arm == "prod" else None,
         progress=progress,
     )

@@ -175,6 +175,19 @@ class TrainConfig:
     # tests run). "off": the per-batch step. A fixed mode needs the packed top-layer path and a batch
     # that fits micro_batch_tokens whole; otherwise the per-batch step runs.
     graph_step: Literal["auto", "eager", "off"] = "off"
+    # The active / random comparison arms' steps a run (min_steps = max_steps = arm_steps; 0: the same rule
+    # as the prod members). The arms train on equal-size subsets, each a fifth of the labels or less (the
+    # cold start plus the random slice, or as many active labels), so the same recipe for both keeps the
+    # comparison like for like at a fraction of the prod members' steps. The CPU profile's 24 (issue 32,
+    # problem 5: the arms doubled a CPU round, bench/cpu_round.py).
+    arm_steps: int = 0
+
+    def for_arm(self, arm: str) -> TrainConfig:
+        """This config for an adapter of ``arm``: the comparison arms ("active", "random") with
+        ``arm_steps`` when set; prod and scratch members as they are."""
+        if arm in ("active", "random") and self.arm_steps > 0:
+            return replace(self, min_steps=self.arm_steps, max_steps=self.arm_steps)
+        return self
 
     def for_labels(self, n_labels: int) -> TrainConfig:
         """This config for a project of ``n_labels`` labels: ``wide_top_layers`` replaces a smaller
@@ -194,6 +207,7 @@ class TrainConfig:
             or self.top_layers < 0
             or self.min_steps < 0
             or self.wide_top_layers < 0
+            or self.arm_steps < 0
         ):
             raise ValueError(f"invalid training config: {self}")
         if self.loss not in ("full_vocab", "label_softmax"):

@@ -84,7 +84,7 @@ def _write_plan(row: Round) -> None:
     config = round_config(row)
     mode = training_mode(row, config)
     plan = train_plan(row, loop_sel.labeled_items(project=row.project), config, mode=mode)
-    steps = sum(total_steps(len(pairs), config.train) for pairs in plan.values())
+    steps = sum(total_steps(len(pairs), config.train.for_arm(name.split(":")[0])) for name, pairs in plan.items())
     Round.objects.filter(id=row.id).update(
         train_steps_total=steps,
         train_steps_done=0,
