@@ -62,7 +62,6 @@ CPU_PROFILE: dict[str, Any] = {
         "checkpoint_every": 16,
         "top_layers": 4,
         "wide_top_layers": 8,
-        "arm_steps": 24,
     },
 }
 # What a project created from the setup page starts with, per profile (the fields stay editable). On

@@ -178,8 +178,10 @@ class TrainConfig:
     # The active / random comparison arms' steps a run (min_steps = max_steps = arm_steps; 0: the same rule
     # as the prod members). The arms train on equal-size subsets, each a fifth of the labels or less (the
     # cold start plus the random slice, or as many active labels), so the same recipe for both keeps the
-    # comparison like for like at a fraction of the prod members' steps. The CPU profile's 24 (issue 32,
-    # problem 5: the arms doubled a CPU round, bench/cpu_round.py).
+    # comparison like for like at a fraction of the prod members' steps. Measured on the CPU round (bench/
+    # cpu_round.py, 2026-12-06, bc2810a: arms of 183 labels each): 24 steps saved 10.6 s of a 95.1 s round but
+    # left the arms at 31 % test accuracy instead of 48 % (prod 72 %): too weak a comparison, so no profile
+    # sets it.
     arm_steps: int = 0
 
     def for_arm(self, arm: str) -> TrainConfig:

@@ -74,3 +74,14 @@ def test_wide_layers_replace_a_smaller_top_layer_count_above_the_label_threshold
 def test_a_negative_wide_layer_count_is_refused() -> None:
     with pytest.raises(ValueError, match="invalid training config"):
         TrainConfig(wide_top_layers=-1)
+
+
+def test_arm_steps_apply_to_the_comparison_arms_alone() -> None:
+    """train.arm_steps: the active and random arms train that many steps a run, alike; prod and scratch
+    members keep the config's own rule; 0 (every profile's default) changes nothing."""
+    config = TrainConfig(min_steps=48, max_steps=48, batch_size=16, arm_steps=24)
+    assert total_steps(200, config.for_arm("active")) == total_steps(183, config.for_arm("random")) == 24
+    assert total_steps(200, config.for_arm("prod")) == total_steps(200, config.for_arm("scratch")) == 48
+    assert TrainConfig(min_steps=48, max_steps=48).for_arm("random") == TrainConfig(min_steps=48, max_steps=48)
+    with pytest.raises(ValueError):
+        TrainConfig(arm_steps=-1)
