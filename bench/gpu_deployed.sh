@@ -89,7 +89,8 @@
 #   2. PROFILE_BUDGET=540 PROFILE_N=2000 bash bench/gpu_deployed.sh profile: bench/vllm_host_profile.py's variants
 #      (where a CLINC150 gpu worker's scoring time goes; ~80 s a variant, the profile's table comes back under $OUT)
 #   3. on the same machine, the deployed CLINC150 run with what the profile says (e.g. "block_size": 64 in both LOOP
-#      and GPU_LOOP: a round option; GPU_WORKERS=8 GPU_SHARE=0.08 if the engines are host-bound each),
+#      and GPU_LOOP: a round option; "engine_core_process": true in GPU_LOOP's engine_options if the mp variant
+#      wins; GPU_WORKERS=8 GPU_SHARE=0.08 if the engines are host-bound each; eval shards are on by default),
 #      PARITY=1 PARITY_VARIANTS=hf-fp32,hf-fp16,vllm-fp16 (float16 against CLINC150's bf16 near ties) INVARIANCE=1
 #      (the per-adapter prefix warm-up: first vs whole should now be bit-identical with batch_invariant):
 #      `<options> bash bench/gpu_deployed.sh stage` (without NO_RUN it starts the run), then `wait`s.

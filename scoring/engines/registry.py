@@ -102,7 +102,14 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
         else:
             preload = getattr(cls, "preload", None)
             # outside the lock: no GPU memory; batch invariance is read when vLLM is imported
-            imported = preload(batch_invariant=bool(options.get("batch_invariant"))) if preload is not None else 0.0
+            imported = (
+                preload(
+                    batch_invariant=bool(options.get("batch_invariant")),
+                    engine_core_process=bool(options.get("engine_core_process")),
+                )
+                if preload is not None
+                else 0.0
+            )
             asked = time.monotonic()
             with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
                 began = time.monotonic()

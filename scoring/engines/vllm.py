@@ -127,15 +127,79 @@ def real_std_streams() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-def engine_core_in_process() -> bool:
+def engine_core_in_process(core_process: bool = False) -> bool:
     """Run vLLM's engine core in this process when this process may not start children: a Celery
     prefork pool child is daemonic, and vLLM's default engine-core process would fail there with
-    "daemonic processes are not allowed to have children". VLLM_ENABLE_V1_MULTIPROCESSING set by
-    the deployment wins either way. Returns whether the core runs in-process."""
+    "daemonic processes are not allowed to have children". ``core_process`` (the engine option
+    ``engine_core_process``): the core in a process of its own anyway (``children_allowed`` lets the
+    daemonic child start it, ``reap_with_me`` ends it with the child), so vLLM's scheduling and the GPU's
+    steps overlap this process's request building and output conversion. VLLM_ENABLE_V1_MULTIPROCESSING
+    set by the deployment wins either way. Returns whether the core runs in-process."""
+    if core_process and "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
     if "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ and multiprocessing.current_process().daemon:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         logger.info("vLLM engine core in-process: %s is daemonic", multiprocessing.current_process().name)
     return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+
+
+@contextlib.contextmanager
+def children_allowed() -> Iterator[None]:
+    """Let a daemonic process (a Celery prefork child) start children for the block: multiprocessing refuses
+    ("daemonic processes are not allowed to have children") because a daemon's children would outlive it
+    unmanaged, so whoever uses this ends them with the process (``reap_with_me``)."""
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    was = config.get("daemon")
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        if was is not None:
+            config["daemon"] = was
+
+
+REAPER = """import os, signal, sys, time
+parent, pids = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
+while os.getppid() == parent:
+    time.sleep(0.5)
+for pid in pids:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of process ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return sorted(out)
+
+
+def reap_with_me(pids: Sequence[int]) -> Any:
+    """A reaper process that SIGKILLs ``pids`` once this process is gone, however it went (vLLM's engine core
+    does not watch its parent: a SIGKILLed gpu worker would leave it holding its GPU memory). Returns the
+    reaper's Popen; nothing when there is nothing to reap."""
+    import subprocess
+
+    if not pids:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", REAPER, str(os.getpid()), *(str(p) for p in pids)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def batch_invariant_env() -> bool:
@@ -243,12 +307,12 @@ def prefix_cache_counts(metrics: Iterable[Any]) -> tuple[float, float]:
 
 class VLLMEngine:
     @staticmethod
-    def preload(*, batch_invariant: bool = False) -> float:
+    def preload(*, batch_invariant: bool = False, engine_core_process: bool = False) -> float:
         """Import vLLM (seconds it took): no GPU memory, so the caller does it before taking the GPU's
         start lock. Session 19: 21.6 s of a 57.5 s warm engine start was this import, under the lock, so
         each of four engines starting in turn held the lock ~20 s longer than its start needed."""
         began = time.monotonic()
-        engine_core_in_process()  # before vLLM reads its environment
+        engine_core_in_process(engine_core_process)  # before vLLM reads its environment
         batch_invariance(batch_invariant)
         import vllm  # noqa: F401
 
@@ -275,6 +339,7 @@ class VLLMEngine:
         batch_invariant: bool = False,
         block_size: int | None = None,
         prefix_caching_hash_algo: str | None = None,
+        engine_core_process: bool = False,
     ) -> None:
         if enable_lora and dtype not in LORA_DTYPES:
             raise ValueError(
@@ -289,7 +354,8 @@ class VLLMEngine:
             )
         if cudagraph_mode is not None and cudagraph_mode not in CUDAGRAPH_MODES:
             raise ValueError(f"cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {cudagraph_mode!r}")
-        self.in_process = engine_core_in_process()  # before vLLM reads its environment
+        self.in_process = engine_core_in_process(engine_core_process)  # before vLLM reads its environment
+        self.reaper: Any = None
         # scores that do not depend on how items are batched (a re-run shard equals the first run), at some speed
         self.batch_invariant = batch_invariance(batch_invariant)
         self.enable_lora = enable_lora
@@ -346,8 +412,14 @@ class VLLMEngine:
             options["compilation_config"] = {**compilation, "cudagraph_mode": mode}
         from vllm import LLM
 
-        with real_std_streams():
-            return LLM(model=model_dir, tokenizer=model_dir, **options)
+        if self.in_process or not multiprocessing.current_process().daemon:
+            with real_std_streams():
+                return LLM(model=model_dir, tokenizer=model_dir, **options)
+        before = set(child_pids(os.getpid()))
+        with real_std_streams(), children_allowed():
+            llm = LLM(model=model_dir, tokenizer=model_dir, **options)
+        self.reaper = reap_with_me([p for p in child_pids(os.getpid()) if p not in before])
+        return llm
 
     def _sampling_params(self, label_ids: Sequence[int]) -> Any:
         if len(label_ids) > VLLM_MAX_LABELS:

@@ -113,11 +113,11 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
 
     class FakeVLLM:
         @staticmethod
-        def preload(*, batch_invariant: bool = False) -> float:
-            events.append(f"preload invariant={batch_invariant}")
+        def preload(*, batch_invariant: bool = False, engine_core_process: bool = False) -> float:
+            events.append(f"preload invariant={batch_invariant}" + (" core process" if engine_core_process else ""))
             return 1.5
 
-        def __init__(self, model_dir: str, batch_invariant: bool = False) -> None:
+        def __init__(self, model_dir: str, batch_invariant: bool = False, engine_core_process: bool = False) -> None:
             events.append("start")
 
     @contextlib.contextmanager
@@ -135,6 +135,10 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
     events.clear()
     registry.get_engine("vllm", "/nowhere", batch_invariant=True)
     assert events == ["preload invariant=True", "lock", "start", "unlock"]
+    # and so is where the engine core will run (vLLM reads VLLM_ENABLE_V1_MULTIPROCESSING from its environment)
+    events.clear()
+    registry.get_engine("vllm", "/nowhere", engine_core_process=True)
+    assert events == ["preload invariant=False core process", "lock", "start", "unlock"]
 
 
 def test_a_retry_after_the_profiling_assertion_starts_with_a_fixed_kv_cache() -> None:

@@ -165,3 +165,13 @@ def test_block_size_is_a_round_option_and_the_prefix_hash_a_local_one() -> None:
             parse_loop_options({"profile": "gpu", "engine_options": {"block_size": bad}})
     with pytest.raises(ValueError, match="prefix_caching_hash_algo must be one of"):
         parse_loop_options({"profile": "gpu", "engine_options": {"prefix_caching_hash_algo": "md5"}})
+
+
+def test_the_engine_core_process_is_a_workers_own_choice_given_as_true_or_false() -> None:
+    from annotate.loopconfig import LOCAL_ENGINE_OPTIONS
+
+    assert "engine_core_process" in LOCAL_ENGINE_OPTIONS  # where vLLM's core runs changes no score
+    opts = parse_loop_options({"profile": "gpu", "engine_options": {"engine_core_process": True}})
+    assert dict(opts.engine_options) == {"engine_core_process": True}
+    with pytest.raises(ValueError, match="engine_core_process must be true or false"):
+        parse_loop_options({"profile": "gpu", "engine_options": {"engine_core_process": "yes"}})
