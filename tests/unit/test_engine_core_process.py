@@ -6,7 +6,6 @@ leave it holding its GPU memory)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -15,39 +14,50 @@ from pathlib import Path
 
 import pytest
 
-from scoring.engines.vllm import child_pids, children_allowed, engine_core_in_process
+from scoring.engines.vllm import child_pids, engine_core_in_process
 
+DAEMON = """import multiprocessing, sys, time
+sys.path.insert(0, sys.argv[1])
+from scoring.engines.vllm import children_allowed
 
-def _grandchild() -> None:
+def grandchild():
     time.sleep(0.1)
 
-
-def _start_grandchild(allowed: bool, results: object) -> None:
+def daemon(allowed, results):
     ctx = multiprocessing.get_context("fork")
     try:
         if allowed:
             with children_allowed():
-                proc = ctx.Process(target=_grandchild)
+                proc = ctx.Process(target=grandchild)
                 proc.start()
         else:
-            proc = ctx.Process(target=_grandchild)
+            proc = ctx.Process(target=grandchild)
             proc.start()
         proc.join(10)
-        results.put("started")  # type: ignore[attr-defined]
+        results.put("started")
     except AssertionError as exc:
-        results.put(f"refused: {exc}")  # type: ignore[attr-defined]
+        results.put(f"refused: {exc}")
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=daemon, args=(sys.argv[2] == "allowed", results), daemon=True)
+    child.start()
+    print(results.get(timeout=30), flush=True)
+    child.join(10)
+"""
 
 
 @pytest.mark.parametrize("allowed", [False, True])
 def test_a_daemonic_process_starts_a_child_only_inside_children_allowed(allowed: bool) -> None:
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-    daemon = ctx.Process(target=_start_grandchild, args=(allowed, results), daemon=True)
-    daemon.start()
-    outcome = results.get(timeout=20)
-    daemon.join(20)
+    """In a fresh interpreter (forking inside the test process, with the threads the suite has started, can
+    deadlock the child): a daemonic child of it starts a grandchild, inside children_allowed or not."""
+    root = str(Path(__file__).resolve().parents[2])
+    mode = "allowed" if allowed else "plain"
+    done = subprocess.run([sys.executable, "-c", DAEMON, root, mode], capture_output=True, text=True, timeout=60)
+    outcome = done.stdout.strip()
     if allowed:
-        assert outcome == "started"
+        assert outcome == "started", done.stderr
     else:
         assert outcome.startswith("refused") and "daemonic processes are not allowed to have children" in outcome
 
