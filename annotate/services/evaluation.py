@@ -104,6 +104,14 @@ class _Counted:
         )
 
 
+def _adapters_by_arm(row: Round) -> dict[str, list[AdapterVersion]]:
+    """The round's adapters by arm (prod, scratch, active, random), members in k order."""
+    by_arm: dict[str, list[AdapterVersion]] = {}
+    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
+        by_arm.setdefault(adapter.arm, []).append(adapter)
+    return by_arm
+
+
 def _evaluation_prompts(row: Round, by_arm: dict[str, list[AdapterVersion]], n_test: int, n_stop: int) -> int:
     """What the evaluation will score, in prompts (texts x adapters): the held-out batch under the round
     before's adapters (heldout_write's conditions), test and stop sets under the prod adapters, the
@@ -193,9 +201,7 @@ def _score_sets(
 
     config = worker_config(row)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
-    by_arm: dict[str, list[AdapterVersion]] = {}
-    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
-        by_arm.setdefault(adapter.arm, []).append(adapter)
+    by_arm = _adapters_by_arm(row)
     total = _evaluation_prompts(row, by_arm, len(texts), len(stop_texts))
     sharded = round_eval_shards(row) > 0
     if sharded:  # the shards counted the prompts as they scored them
@@ -249,9 +255,7 @@ def evaluation_jobs(row: Round) -> list[tuple[list[str], list[Any]]]:
             out.append((batch, loop_sel.adapter_refs(previous)))
     _, texts, _ = loop_sel.test_items(project=row.project)
     _, stop_texts = loop_sel.stop_set_items(project=row.project) if round_stop_set_size(row) else ([], [])
-    by_arm: dict[str, list[AdapterVersion]] = {}
-    for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
-        by_arm.setdefault(adapter.arm, []).append(adapter)
+    by_arm = _adapters_by_arm(row)
     for arm, adapters in by_arm.items():
         if arm == AdapterVersion.Arm.PROD and (texts or stop_texts):
             out.append(([*texts, *stop_texts], loop_sel.adapter_refs(adapters)))
@@ -293,13 +297,14 @@ def _eval_shard(row: Round, shard: int) -> None:
         if not part:
             continue
         pipeline.score_items(engine, renderer, part, [text_hash(t) for t in part], refs, cache=cache)
-        done += len(part) * max(1, len(refs))
+        prompts = len(part) * max(1, len(refs))
+        done += prompts
         # n shards side by side: the round's rate is about this shard's over n
         rate = seconds_per_unit(
             finished_seconds=0.0, finished_units=0, current_seconds=time.perf_counter() - started, current_units=done
         )
         Round.objects.filter(id=row.id).update(
-            eval_items_done=Least(F("eval_items_done") + len(part) * max(1, len(refs)), F("eval_items_total")),
+            eval_items_done=Least(F("eval_items_done") + prompts, F("eval_items_total")),
             unit_seconds=rate / n,
         )
         steppoints.reached("evaluate_progress", row.id)
