@@ -147,6 +147,7 @@ PARITY_BUDGET=${PARITY_BUDGET:-300}
 INVARIANCE=${INVARIANCE:-}
 INVARIANCE_BUDGET=${INVARIANCE_BUDGET:-200}
 INVARIANCE_N=${INVARIANCE_N:-2000}
+INVARIANCE_MODES=${INVARIANCE_MODES:-on off}  # "on": only with batch_invariant
 PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (empty: all; sorted sets then hold few classes)
 # more variants beside the app's engines, a comma list (default hf-fp32; e.g. "hf-fp32,hf-fp16,vllm-fp16": float16 in both)
 PARITY_VARIANTS=${PARITY_VARIANTS:-hf-fp32}
@@ -369,7 +370,7 @@ invariance)  # there (after parity): bench/batch_invariance.py on the first set'
   I=$RUN/invariance; mkdir -p "$I"
   ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
       VLLM_CACHE_ROOT=$R/vllm-cache VLLM_WORKER_MULTIPROC_METHOD=spawn BENCH_COMMIT=$RUN_COMMIT
-    for mode in on off; do
+    for mode in ${INVARIANCE_MODES:-on off}; do
       flag=(); [ "$mode" = on ] && flag=(--batch-invariant)
       # shellcheck disable=SC2086
       timeout -k 30 "$INVARIANCE_BUDGET" python3 bench/batch_invariance.py run --model "$LLM_DIR" --adapters $adapters \
@@ -391,6 +392,16 @@ profile)  # there, in the call (NO_RUN=1 stage first: vLLM, the data and SmolLM2
       --data "$DATA/clinc150" --data-short "$DATA/trec" --n "${PROFILE_N:-4000}" --k 4 --out "$P" \
       --budget $(( ${PROFILE_BUDGET:-500} - 30 )) ${PROFILE_VARIANTS:+--variants "$PROFILE_VARIANTS"}
     echo "profile exit $?" ) 2>&1 | tee "$P/profile.log" | grep -v "^INFO\|^(EngineCore" | tail -n 60
+  # THEN_RUN=1: start the deployed run in the same call (the machine goes back ~30 s after a call: no time to read
+  # the table between calls) with what the profile measured: bench/vllm_host_profile.py choose (P/choice.json says
+  # why); CORE_PROCESS=1 lets it take engine_core_process too (not yet run in a Celery worker with vLLM)
+  if [ -n "${THEN_RUN:-}" ]; then
+    picked=$(PYTHONPATH=$SITE:$PWD python3 bench/vllm_host_profile.py choose "$P" --loop "$LOOP" --gpu-loop "$GPU_LOOP" \
+      $([ -z "${CORE_PROCESS:-}" ] && echo --no-core-process)) || picked=""
+    if [ -n "$picked" ]; then LOOP=$(sed -n 1p <<< "$picked"); GPU_LOOP=$(sed -n 2p <<< "$picked"); fi
+    say "profile chose LOOP=$LOOP GPU_LOOP=$GPU_LOOP"
+    export LOOP GPU_LOOP; NO_RUN="" bash bench/gpu_deployed.sh stage
+  fi
   ;;
 
 restart)  # there: stop a run's processes and set its files aside; the next `stage` starts a fresh run

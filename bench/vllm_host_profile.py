@@ -57,6 +57,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+NOT_ROWS = ("adapters.json", "choice.json")  # OUT's JSON files that are not a variant's row
+
+
 def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} [{os.getpid()}] {message}", flush=True)
 
@@ -226,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def table(out: Path) -> str:
-    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if p.name != "adapters.json"]
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if p.name not in NOT_ROWS]
     lines = [
         "| variant | set (labels, chunks, prefix) | items × K | requests/s | wall s | generate s | convert s | "
         "GPU busy % | engine start s | commit |",
@@ -243,9 +246,54 @@ def table(out: Path) -> str:
     return "\n".join(lines)
 
 
+def choose(
+    out: Path, loop: dict[str, Any], gpu_loop: dict[str, Any], gain: float = 1.1, core_process: bool = True
+) -> dict[str, Any]:
+    """The engine options a deployed run takes from OUT's rows: each variant's option where its requests/s beat
+    ``inproc``'s (the gpu workers' way, every other option at the deployed default) by ``gain`` or more; of the
+    block sizes the fastest. Round options (block_size) go into both loops, a worker's local ones (the prefix
+    hash, the engine core's process) into the gpu workers' only; ``core_process=False`` leaves the engine core in the
+    worker's process whatever mp measured (the reason says so). Returns the two loops and the reasons."""
+    rows = {r["variant"]: r for r in (json.loads(p.read_text()) for p in out.glob("*.json") if p.name not in NOT_ROWS)}
+    base = rows.get("inproc")
+    loop, gpu_loop = json.loads(json.dumps(loop)), json.loads(json.dumps(gpu_loop))
+    reasons: list[str] = []
+    if base is None:
+        return {"loop": loop, "gpu_loop": gpu_loop, "reasons": ["no inproc row: the deployed defaults"]}
+    r0 = float(base["requests_per_s"])
+
+    def faster(name: str) -> float:
+        row = rows.get(name)
+        return float(row["requests_per_s"]) / r0 if row and not row.get("profiled") else 0.0
+
+    blocks = [(faster(f"block{b}"), b) for b in (64, 128)]
+    ratio, block = max(blocks)
+    if ratio >= gain:
+        for target in (loop, gpu_loop):
+            target.setdefault("engine_options", {})["block_size"] = block
+        reasons.append(f"block_size {block}: {ratio:.2f}x inproc's {r0:,.0f} requests/s")
+    local = gpu_loop.setdefault("engine_options", {})
+    if faster("xxhash") >= gain:
+        local["prefix_caching_hash_algo"] = "xxhash"
+        reasons.append(f"xxhash: {faster('xxhash'):.2f}x")
+    if faster("mp") >= gain:
+        if core_process:
+            local["engine_core_process"] = True
+        note = "" if core_process else " (not applied: --no-core-process)"
+        reasons.append(f"engine_core_process (mp): {faster('mp'):.2f}x{note}")
+    if not reasons:
+        reasons.append(f"no variant {gain:.2f}x or more over inproc's {r0:,.0f} requests/s: the deployed defaults")
+    return {
+        "loop": loop,
+        "gpu_loop": gpu_loop,
+        "reasons": reasons,
+        "ratios": {n: round(faster(n), 3) for n in rows if n != "inproc"},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["run", "prep", "variant", "table"])
+    ap.add_argument("stage", choices=["run", "prep", "variant", "table", "choose"])
     ap.add_argument("variant", nargs="?", default="")
     ap.add_argument("--model", default="")
     ap.add_argument("--data", default="")
@@ -255,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="inproc-profile,inproc,mp,block64,short,xxhash,seqs2048")
     ap.add_argument("--out", default="")
     ap.add_argument("--budget", type=int, default=0, help="seconds for all variants (0: no limit)")
+    ap.add_argument("--loop", default='{"profile": "gpu"}', help="choose: the web's and CPU worker's loop options")
+    ap.add_argument("--gpu-loop", default='{"profile": "gpu"}', help="choose: the gpu workers' loop options")
+    ap.add_argument("--no-core-process", action="store_true", help="choose: never engine_core_process")
     args = ap.parse_args(argv)
+    if args.stage == "choose":  # prints the chosen loops as two lines (LOOP, GPU_LOOP); OUT/choice.json keeps why
+        out = Path(args.variant or args.out)
+        picked = choose(out, json.loads(args.loop), json.loads(args.gpu_loop), core_process=not args.no_core_process)
+        (out / "choice.json").write_text(json.dumps(picked, indent=1))
+        print(json.dumps(picked["loop"]))
+        print(json.dumps(picked["gpu_loop"]))
+        return 0
     if args.stage == "table":
         print(table(Path(args.variant or args.out)))
         return 0
