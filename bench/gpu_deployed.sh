@@ -94,6 +94,16 @@
 #      PARITY=1 PARITY_VARIANTS=hf-fp32,hf-fp16,vllm-fp16 (float16 against CLINC150's bf16 near ties) INVARIANCE=1
 #      (the per-adapter prefix warm-up: first vs whole should now be bit-identical with batch_invariant):
 #      `<options> bash bench/gpu_deployed.sh stage` (without NO_RUN it starts the run), then `wait`s.
+# Session 28 (2026-12-07, H100, 6f2793a): four refused starts (~380 s), then that plan cut down: staged with NO_RUN=1,
+# then one call `profile` with THEN_RUN=1 (vllm_host_profile.py choose picks the options, the run starts in the same
+# call) PROFILE_BUDGET=330 (only inproc and block64 ran: each variant's engine start is 30-110 s), DEADLINE=300
+# (3 rounds), PARITY_BUDGET=200 (vllm-fp16 skipped), INVARIANCE_BUDGET=120 (the batch-invariant start did not
+# finish): give parity 300 s with two fp16 variants and invariance 240 s per mode.
+# Next sitting, planned: CLINC150 alone to 1,000 labels (~20 rounds of ~65 s machine time at 6f2793a): no profile,
+#   RUN_COMMIT=<sha> SETS=clinc150 GPU_WORKERS=8 GPU_SHARE=0.05 LABELS=1000 DEADLINE=<all that is left - 400> SIM_SEEDS=0
+#   LOOP='{"profile": "gpu", "eval_shards": 8, "engine_options": {"block_size": 64}}' GPU_LOOP=<session 23's with
+#   "block_size": 64 and the 0.05 share> PARITY=1 PARITY_BUDGET=300 PARITY_VARIANTS=vllm-fp16,hf-fp16 EXTRA="--step-timeout 300"
+#   (one engine on CLINC150 is host-bound at ~1,000 requests/s with the GPU 3-5 % busy: eight engines, not four).
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -145,7 +155,7 @@ PARITY_BUDGET=${PARITY_BUDGET:-300}
 # INVARIANCE=1: then bench/batch_invariance.py on the same adapters, with and without batch_invariant (each
 # process at most INVARIANCE_BUDGET seconds, INVARIANCE_N items, PARITY_VLLM's host options)
 INVARIANCE=${INVARIANCE:-}
-INVARIANCE_BUDGET=${INVARIANCE_BUDGET:-200}
+INVARIANCE_BUDGET=${INVARIANCE_BUDGET:-240}  # the batch-invariant engine alone took 120.7 s to start (session 26)
 INVARIANCE_N=${INVARIANCE_N:-2000}
 INVARIANCE_MODES=${INVARIANCE_MODES:-on off}  # "on": only with batch_invariant
 PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (empty: all; sorted sets then hold few classes)
