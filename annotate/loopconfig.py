@@ -257,9 +257,10 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
             f"loop option engine_options: prefix_caching_hash_algo must be one of {sorted(PREFIX_HASH_ALGOS)}, "
             f"got {algo!r}"
         )
-    core = options.get("engine_core_process")
-    if core is not None and type(core) is not bool:
-        raise ValueError(f"loop option engine_options: engine_core_process must be true or false, got {core!r}")
+    for switch in ("engine_core_process", "parallel_start"):
+        value = options.get(switch)
+        if value is not None and type(value) is not bool:
+            raise ValueError(f"loop option engine_options: {switch} must be true or false, got {value!r}")
     invariant = options.get("batch_invariant")
     if invariant is not None and type(invariant) is not bool:
         raise ValueError(f"loop option engine_options: batch_invariant must be true or false, got {invariant!r}")
@@ -396,6 +397,7 @@ LOCAL_ENGINE_OPTIONS = frozenset(
         "kv_cache_memory_bytes",
         "prefix_caching_hash_algo",
         "engine_core_process",
+        "parallel_start",
     }
 )
 

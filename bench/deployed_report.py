@@ -33,7 +33,8 @@ STEPS = ("scoring", "selecting", "training", "evaluating")
 ENGINE_START = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] vllm engine started in ([\d.]+) s "
     r"\(([\d.]+) s waiting for the GPU's start lock; in-process core: (\w+)"
-    r"(?:; ([\d.]+) s importing vLLM before the lock)?\)"  # the import: outside the lock since session 19
+    r"(?:; ([\d.]+) s importing vLLM before the lock)?"  # the import: outside the lock since session 19
+    r"(?:; (its turn|no turn)[^)]*)?\)"  # parallel_start (session 28): a start after the GPU's first takes no turn
 )
 TASK_DONE = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] Task (annotate\.gpu\.\w+)\[[^\]]+\] succeeded"
@@ -111,6 +112,7 @@ def engine_starts(out: Path) -> list[dict[str, Any]]:
                         "lock_wait_s": float(m.group(4)),
                         "in_process": m.group(5),
                         "import_s": float(m.group(6)) if m.group(6) else None,
+                        "turn": m.group(7) or "its turn",
                     }
                 )
     return sorted(starts, key=lambda s: s["at"])
@@ -203,11 +205,13 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
         " holds the start lock (s after the first gpu worker started) | vLLM import before the lock s |",
     ]
     lines += ["|---|---|---|---|---|---|---|"]
+    # parallel_start: a start after the GPU's first takes no turn (its span is its own start, beside the others)
     first = min(started.values()) if started else None
     for s in engine_starts(out):
         since = s["at"] - started[s["worker"]] if s["worker"] in started else None
         # "started in" is timed from the lock's taking to the engine's readiness: turns must not overlap
         held = "–" if first is None else f"{s['at'] - s['start_s'] - first:.1f}–{s['at'] - first:.1f}"
+        held += "" if s["turn"] == "its turn" else " (no turn: side by side)"
         lines.append(
             f"| {s['worker']} | {fmt(since)} | {s['start_s']:.1f} | {s['lock_wait_s']:.1f} | {s['in_process']}"
             f" | {held} | {fmt(s['import_s'])} |"

@@ -103,7 +103,9 @@
 #   RUN_COMMIT=<sha> SETS=clinc150 GPU_WORKERS=8 GPU_SHARE=0.05 LABELS=1000 DEADLINE=<all that is left - 400> SIM_SEEDS=0
 #   LOOP='{"profile": "gpu", "eval_shards": 8, "engine_options": {"block_size": 64}}' GPU_LOOP=<session 23's with
 #   "block_size": 64 and the 0.05 share> PARITY=1 PARITY_BUDGET=300 PARITY_VARIANTS=vllm-fp16,hf-fp16 EXTRA="--step-timeout 300"
-#   (one engine on CLINC150 is host-bound at ~1,000 requests/s with the GPU 3-5 % busy: eight engines, not four).
+#   (one engine on CLINC150 is host-bound at ~1,000 requests/s with the GPU 3-5 % busy: eight engines, not four),
+#   with "parallel_start": true in GPU_LOOP's engine_options (after the first engine, the other seven start side by
+#   side with a fixed KV cache instead of taking ~30 s turns each: the report's start table says "no turn").
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #

@@ -7,6 +7,7 @@ neither implementation)."""
 from __future__ import annotations
 
 import gc
+import hashlib
 import inspect
 import json
 import logging
@@ -111,18 +112,22 @@ def get_engine(kind: EngineKind, model_dir: str, **options: Any) -> Engine:
                 else 0.0
             )
             asked = time.monotonic()
-            with start_lock("vllm"):  # one start per GPU at a time, across containers (start_lock.py)
+            fixed = _fixed_kv_start(cls, str(model_dir), options)
+            # one start per GPU at a time, across containers (start_lock.py); with parallel_start, only the first
+            # of this configuration on the GPU: the later ones start side by side, with a fixed KV cache
+            config = hashlib.sha1(key[1].encode() + key[2].encode()).hexdigest()[:12]
+            with start_lock("vllm", after_first=bool(options.get("parallel_start")), config=config) as turn:
                 began = time.monotonic()
-                _ENGINES[key] = start_with_retries(
-                    lambda: cls(str(model_dir), **options), fallback=_fixed_kv_start(cls, str(model_dir), options)
-                )
+                first = (lambda: cls(str(model_dir), **options)) if turn or fixed is None else fixed
+                _ENGINES[key] = start_with_retries(first, fallback=fixed)
             # the start-up figure of a gpu worker (bench/RESULTS.md): the lock's wait and the start itself
             log.info(
                 "vllm engine started in %.1f s (%.1f s waiting for the GPU's start lock; in-process core: %s;"
-                " %.1f s importing vLLM before the lock)",
+                " %.1f s importing vLLM before the lock; %s)",
                 time.monotonic() - began,
                 began - asked,
                 getattr(_ENGINES[key], "in_process", None),
                 imported,
+                "its turn" if turn else "no turn: started side by side, fixed KV cache",
             )
     return _ENGINES[key]

@@ -17,12 +17,22 @@ Only where no Redis URL is configured at all (a single-machine run without a bro
 simulation) do starts fall back to a file lock in ALANN_ENGINE_LOCK_DIR (default: the temp dir),
 which serialises the processes of one machine only.
 
+After the first (``after_first``, the vLLM engine option ``parallel_start``): once an engine of the same
+configuration (model and options: ``config``) has started on a GPU, a successful start leaves a mark beside
+the lock (a Redis key with a TTL, or a file), and later starts of that configuration on that GPU take no
+turn: they start side by side, on the compile cache the first one filled, and the caller starts them with
+a fixed KV cache (no memory profiling for another start's allocations to upset). A start that is waiting
+for the lock when the mark appears stops waiting. The first start of a configuration still takes its
+turn, so a cold compile cache is never filled by several starts at once.
+
 Settings (environment, read once per start by ``StartLockOptions.from_env``):
 ALANN_ENGINE_LOCK_URL    Redis URL of the lock (default: REDIS_URL; neither set: the file lock)
 ALANN_ENGINE_LOCK_KEY    name of the GPU instead of its NVML UUID (e.g. where NVML is not visible)
 ALANN_ENGINE_LOCK_TTL_S  seconds a dead holder keeps the lock (default 30)
 ALANN_ENGINE_LOCK_WAIT_S seconds a start waits for the lock before it fails (default 1800)
 ALANN_ENGINE_LOCK_DIR    folder of the file-lock fallback (default: the temp dir)
+ALANN_ENGINE_STARTED_TTL_S seconds a Redis "started" mark lasts (default 6 h: a redeployed host's compile
+                         cache may be gone by then; the mark only lets later starts skip their turn)
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ from urllib.parse import urlsplit, urlunsplit
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "alann:engine-start"
+STARTED_PREFIX = "alann:engine-started"  # + kind:gpu:config: an engine of that configuration started there
+DEFAULT_STARTED_TTL_S = 6 * 3600.0
 # A vLLM start takes tens of seconds to minutes; the keep-alive refreshes every TTL/3, so 30 s only
 # decides how long a killed holder blocks the GPU, not how long a start may take.
 DEFAULT_TTL_S = 30.0
@@ -71,6 +83,7 @@ class StartLockOptions:
     ttl_s: float = DEFAULT_TTL_S
     wait_s: float = DEFAULT_WAIT_S
     lock_dir: str | None = None
+    started_ttl_s: float = DEFAULT_STARTED_TTL_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> StartLockOptions:
@@ -81,6 +94,7 @@ class StartLockOptions:
             ttl_s=float(environ.get("ALANN_ENGINE_LOCK_TTL_S") or DEFAULT_TTL_S),
             wait_s=float(environ.get("ALANN_ENGINE_LOCK_WAIT_S") or DEFAULT_WAIT_S),
             lock_dir=environ.get("ALANN_ENGINE_LOCK_DIR") or None,
+            started_ttl_s=float(environ.get("ALANN_ENGINE_STARTED_TTL_S") or DEFAULT_STARTED_TTL_S),
         )
 
 
@@ -140,11 +154,19 @@ class RedisStartLock:
         value = self.client.get(self.key)
         return value.decode() if isinstance(value, bytes) else value
 
-    def acquire(self, *, deadline: float, wait_s: float) -> None:
-        """Take the lock, waiting until ``deadline`` (time.monotonic()) at most."""
+    def acquire(self, *, deadline: float, wait_s: float, skip: Any = None) -> bool:
+        """Take the lock, waiting until ``deadline`` (time.monotonic()) at most; False, without the lock, as
+        soon as ``skip()`` (when given) is true while waiting."""
         began = time.monotonic()
         last_report: float | None = None
         while not self.client.set(self.key, self.token, nx=True, px=self.ttl_ms):
+            if skip is not None and skip():
+                log.info(
+                    "engine start stops waiting for %s after %.1f s: started there before",
+                    self.key,
+                    time.monotonic() - began,
+                )
+                return False
             now = time.monotonic()
             if now >= deadline:
                 raise EngineStartLockTimeout(
@@ -159,6 +181,7 @@ class RedisStartLock:
             log.info("engine start took %s after %.1f s", self.key, time.monotonic() - began)
         self._thread = threading.Thread(target=self._keep_alive, name=f"start-lock-{self.key}", daemon=True)
         self._thread.start()
+        return True
 
     def release(self) -> bool:
         """Stop refreshing and delete the key if it still holds our token; False when it did not (or
@@ -187,13 +210,20 @@ class RedisStartLock:
 
 
 @contextlib.contextmanager
-def start_lock(kind: str, options: StartLockOptions | None = None) -> Iterator[None]:
-    """Hold the start lock of every GPU this process will use while the block runs (an engine start)."""
+def start_lock(
+    kind: str, options: StartLockOptions | None = None, *, after_first: bool = False, config: str = ""
+) -> Iterator[bool]:
+    """Hold the start lock of every GPU this process will use while the block runs (an engine start).
+
+    Yields True while holding it. With ``after_first``, where an engine of ``config`` has started on every one
+    of those GPUs before, it yields False without taking a turn (and a start waiting for its turn stops
+    waiting once that becomes true); a block that ends without an error marks its GPUs as started."""
     options = options or StartLockOptions.from_env()
     names = gpu_names(options)
     if options.redis_url is None:
-        with _file_locks(kind, names, options):
-            yield
+        with _file_locks(kind, names, options, after_first=after_first, config=config) as taken_here:
+            yield taken_here
+        _file_mark(kind, names, options, config)
         return
     import redis
 
@@ -205,13 +235,29 @@ def start_lock(kind: str, options: StartLockOptions | None = None) -> Iterator[N
             f"engine start lock: Redis at {_without_password(options.redis_url)} cannot be reached ({exc});"
             " the URL comes from ALANN_ENGINE_LOCK_URL or REDIS_URL (unset both for a one-machine file lock)"
         ) from exc
+    marks = [f"{STARTED_PREFIX}:{kind}:{name}:{config}" for name in names]
+
+    def started_before() -> bool:
+        return after_first and client.exists(*marks) == len(marks)
+
     deadline = time.monotonic() + options.wait_s
     with contextlib.closing(client), contextlib.ExitStack() as held:  # released before closed
-        for name in names:
-            lock = RedisStartLock(client, f"{KEY_PREFIX}:{kind}:{name}", ttl_s=options.ttl_s)
-            lock.acquire(deadline=deadline, wait_s=options.wait_s)
-            held.callback(lock.release)
-        yield
+        taken = True
+        if started_before():
+            taken = False
+            log.info("engine start takes no turn: %s started on %s before", kind, ", ".join(names))
+        else:
+            for name in names:
+                lock = RedisStartLock(client, f"{KEY_PREFIX}:{kind}:{name}", ttl_s=options.ttl_s)
+                if not lock.acquire(
+                    deadline=deadline, wait_s=options.wait_s, skip=started_before if after_first else None
+                ):
+                    taken = False
+                    break
+                held.callback(lock.release)
+        yield taken
+        for mark in marks:  # the block ended without an error: an engine of this configuration started here
+            client.set(mark, "1", ex=max(1, int(options.started_ttl_s)))
 
 
 def _without_password(url: str) -> str:
@@ -222,13 +268,41 @@ def _without_password(url: str) -> str:
 
 
 @contextlib.contextmanager
-def _file_locks(kind: str, names: list[str], options: StartLockOptions) -> Iterator[None]:
-    """The fallback without Redis: exclusive ``flock``s, released when the block ends or the process dies."""
+def _file_locks(
+    kind: str, names: list[str], options: StartLockOptions, *, after_first: bool = False, config: str = ""
+) -> Iterator[bool]:
+    """The fallback without Redis: exclusive ``flock``s, released when the block ends or the process dies.
+    Yields False without them where ``after_first`` and every GPU's "started" file for ``config`` exists."""
     root = Path(options.lock_dir or tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
+
+    def started_before() -> bool:
+        return after_first and all(_mark_path(root, kind, name, config).exists() for name in names)
+
     with contextlib.ExitStack() as held:
-        for name in names:
+        taken = not started_before()
+        for name in names if taken else ():
             handle = held.enter_context((root / f"alann-{kind}-start-{name}.lock").open("a"))
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if after_first else 0))
+                    break
+                except BlockingIOError:
+                    if started_before():
+                        taken = False
+                        break
+                    time.sleep(POLL_S)
+            if not taken:
+                break
             held.callback(fcntl.flock, handle, fcntl.LOCK_UN)
-        yield
+        yield taken
+
+
+def _mark_path(root: Path, kind: str, name: str, config: str) -> Path:
+    return root / f"alann-{kind}-started-{name}-{config or 'any'}"
+
+
+def _file_mark(kind: str, names: list[str], options: StartLockOptions, config: str) -> None:
+    root = Path(options.lock_dir or tempfile.gettempdir())
+    for name in names:
+        _mark_path(root, kind, name, config).touch()

@@ -340,7 +340,11 @@ class VLLMEngine:
         block_size: int | None = None,
         prefix_caching_hash_algo: str | None = None,
         engine_core_process: bool = False,
+        parallel_start: bool = False,
     ) -> None:
+        # parallel_start is read by scoring.engines.registry (the start lock's after_first): after this GPU's first
+        # engine of the same configuration, later ones start side by side with a fixed KV cache; nothing here
+        self.parallel_start = parallel_start
         if enable_lora and dtype not in LORA_DTYPES:
             raise ValueError(
                 f"dtype {dtype!r} cannot score LoRA adapters in vLLM: its LoRA kernels take {' or '.join(LORA_DTYPES)} "

@@ -142,3 +142,55 @@ def test_a_multi_gpu_start_waits_for_each_of_its_gpus(owned: redis_owner.OwnedRe
     with start_lock("vllm", options("GPU-bbbb")):
         pass
     assert not owned.client().keys("alann:engine-start:*")
+
+
+def test_after_the_first_start_on_a_gpu_later_starts_of_its_configuration_take_no_turn(
+    owned: redis_owner.OwnedRedis,
+) -> None:
+    """parallel_start across containers: the Redis mark of a configuration's first start lets a start waiting
+    behind another holder go ahead side by side; a failed start leaves no mark; another configuration still
+    takes its turn."""
+    import threading
+
+    client = owned.client()
+    options = StartLockOptions(redis_url=owned.url, gpu_key="gpu-parallel-test", wait_s=20)
+    mark = "alann:engine-started:vllm:gpu-parallel-test:cfg-a"
+    try:
+        with pytest.raises(RuntimeError), start_lock("vllm", options, after_first=True, config="cfg-a"):
+            raise RuntimeError("the engine did not start")
+        assert not client.exists(mark)
+
+        release, held = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with start_lock("vllm", options, config="cfg-h"):
+                held.set()
+                release.wait(30)
+
+        turns: dict[str, bool] = {}
+        went = {name: threading.Event() for name in ("a", "b")}
+
+        def start(config: str, name: str) -> None:
+            with start_lock("vllm", options, after_first=True, config=config) as turn:
+                turns[name] = turn
+                went[name].set()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(10)
+        waiters = [threading.Thread(target=start, args=(f"cfg-{n}", n)) for n in ("a", "b")]
+        for waiter in waiters:
+            waiter.start()
+        assert not went["a"].wait(1.0), "a configuration's first start skipped its turn"
+        client.set(mark, "1", ex=60)  # configuration a's first start succeeded in another container
+        assert went["a"].wait(5) and turns["a"] is False and not release.is_set()
+        assert not went["b"].wait(0.5), "configuration b has no first start yet: it waits for its turn"
+        release.set()
+        holder.join(10)
+        assert went["b"].wait(10) and turns["b"] is True
+        for waiter in waiters:
+            waiter.join(5)
+        assert client.exists("alann:engine-started:vllm:gpu-parallel-test:cfg-b")  # b's start marked it
+        assert not client.keys("alann:engine-start:*")
+    finally:
+        client.delete(*(f"alann:engine-started:vllm:gpu-parallel-test:cfg-{c}" for c in ("a", "b", "h")))

@@ -119,3 +119,22 @@ def test_an_engine_start_line_with_the_import_outside_the_lock(tmp_path: Path) -
     )
     (start,) = dr.engine_starts(tmp_path)
     assert (start["start_s"], start["lock_wait_s"], start["in_process"], start["import_s"]) == (36.1, 0.2, "True", 21.6)
+
+
+def test_an_engine_start_that_took_no_turn(tmp_path: Path) -> None:
+    """parallel_start (session 28): the line says whether the start took its turn; older lines read as "its turn"."""
+    (tmp_path / "gpu-worker-0.log").write_text(
+        "[2026-12-05 10:00:00,000: INFO/ForkPoolWorker-1] vllm engine started in 36.1 s (0.2 s waiting for the"
+        " GPU's start lock; in-process core: True; 21.6 s importing vLLM before the lock)\n"
+    )
+    (tmp_path / "gpu-worker-1.log").write_text(
+        "[2026-12-05 10:00:05,000: INFO/ForkPoolWorker-1] vllm engine started in 30.0 s (0.1 s waiting for the"
+        " GPU's start lock; in-process core: True; 11.0 s importing vLLM before the lock; no turn: started side by"
+        " side, fixed KV cache)\n"
+    )
+    first, second = dr.engine_starts(tmp_path)
+    assert first["turn"] == "its turn" and (second["turn"], second["start_s"], second["import_s"]) == (
+        "no turn",
+        30.0,
+        11.0,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -121,9 +122,9 @@ def test_vllm_is_imported_before_the_start_lock_is_taken(monkeypatch: pytest.Mon
             events.append("start")
 
     @contextlib.contextmanager
-    def lock(kind: str) -> Iterator[None]:
+    def lock(kind: str, *, after_first: bool = False, config: str = "") -> Iterator[bool]:
         events.append("lock")
-        yield
+        yield True
         events.append("unlock")
 
     monkeypatch.setattr(registry, "_engine_class", lambda kind: FakeVLLM)
@@ -201,3 +202,96 @@ def test_the_fallback_is_sized_from_the_share_and_the_weights(monkeypatch: pytes
         {"gpu_memory_utilization": 0.12, "kv_cache_memory_bytes": vllm.fixed_kv_cache_bytes(80 * 2**30, 0.12, 1000)}
     ]
     assert registry._fixed_kv_start(Fake, str(tmp_path), {"kv_cache_memory_bytes": 2**31}) is None  # given: kept
+
+
+def _hold_until(options: StartLockOptions, release: threading.Event, entered: threading.Event) -> None:
+    with start_lock("test", options, config="cfg"):
+        entered.set()
+        release.wait(30)
+
+
+def _start(options: StartLockOptions, after_first: bool, out: list[bool], entered: threading.Event) -> None:
+    with start_lock("test", options, after_first=after_first, config="cfg") as turn:
+        out.append(turn)
+        entered.set()
+
+
+def test_after_the_first_start_of_a_configuration_later_ones_take_no_turn(tmp_path: Path) -> None:
+    """parallel_start (file lock: no Redis configured): the first start takes its turn and marks the GPU; a
+    start waiting behind another holder then goes ahead without the lock, side by side; without after_first
+    the mark changes nothing; a start that failed leaves no mark."""
+    options = StartLockOptions(redis_url=None, lock_dir=str(tmp_path), cuda_visible_devices="0")
+    with pytest.raises(RuntimeError), start_lock("test", options, after_first=True, config="cfg"):
+        raise RuntimeError("the engine did not start")
+    assert not list(tmp_path.glob("alann-test-started-*")), "a failed start marked the GPU"
+
+    release, held = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_until, args=(options, release, held))
+    holder.start()
+    assert held.wait(10)
+    turns: list[bool] = []
+    entered = threading.Event()
+    waiter = threading.Thread(target=_start, args=(options, True, turns, entered))
+    waiter.start()
+    assert not entered.wait(1.0), "a start with no earlier start of its configuration skipped its turn"
+    with start_lock("test", StartLockOptions(redis_url=None, lock_dir=str(tmp_path / "elsewhere"))):
+        pass  # another folder's start marks nothing here
+    assert not entered.wait(0.5)
+    (tmp_path / "alann-test-started-gpu-0-cfg").touch()  # the first start of this configuration succeeded
+    assert entered.wait(5), "the waiting start did not go ahead once the GPU was marked"
+    assert turns == [False] and not release.is_set()  # side by side with the holder
+    waiter.join(5)
+
+    other: list[bool] = []
+    plain = threading.Event()
+    blocked = threading.Thread(target=_start, args=(options, False, other, plain))
+    blocked.start()
+    assert not plain.wait(1.0), "without after_first a start went ahead of the holder"
+    release.set()
+    holder.join(10)
+    assert plain.wait(10) and other == [True]
+    blocked.join(5)
+
+
+def test_a_start_without_its_turn_is_made_with_a_fixed_kv_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The registry: with parallel_start and no turn, the engine starts with a fixed KV cache sized to its share
+    (no memory profiling beside the other starts); with its turn, as configured."""
+    import contextlib
+    from collections.abc import Iterator
+
+    from scoring.engines import registry, vllm
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 1000)
+    monkeypatch.setattr(vllm, "gpu_total_bytes", lambda: 80 * 2**30)
+    seen: list[tuple[dict[str, object], dict[str, object]]] = []
+    turn = {"value": False}
+
+    class FakeVLLM:
+        @staticmethod
+        def preload(*, batch_invariant: bool = False, engine_core_process: bool = False) -> float:
+            return 0.0
+
+        def __init__(self, model_dir: str, **options: object) -> None:
+            seen.append((asked[-1], options))
+
+    asked: list[dict[str, object]] = []
+
+    @contextlib.contextmanager
+    def lock(kind: str, *, after_first: bool = False, config: str = "") -> Iterator[bool]:
+        asked.append({"after_first": after_first, "config": config})
+        yield turn["value"]
+
+    monkeypatch.setattr(registry, "_engine_class", lambda kind: FakeVLLM)
+    monkeypatch.setattr(registry, "start_lock", lock)
+    monkeypatch.setattr(registry, "_ENGINES", {})
+    options = {"gpu_memory_utilization": 0.12, "parallel_start": True}
+    registry.get_engine("vllm", str(tmp_path), **options)
+    kv = vllm.fixed_kv_cache_bytes(80 * 2**30, 0.12, 1000)
+    assert seen[-1][1] == {**options, "kv_cache_memory_bytes": kv}
+    assert seen[-1][0]["after_first"] is True and len(str(seen[-1][0]["config"])) == 12
+    turn["value"] = True
+    registry.get_engine("vllm", str(tmp_path), gpu_memory_utilization=0.13, parallel_start=True)
+    assert seen[-1][1] == {"gpu_memory_utilization": 0.13, "parallel_start": True}
+    assert seen[-1][0]["config"] != seen[0][0]["config"]  # another configuration: its own first start

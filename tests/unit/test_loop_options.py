@@ -175,3 +175,13 @@ def test_the_engine_core_process_is_a_workers_own_choice_given_as_true_or_false(
     assert dict(opts.engine_options) == {"engine_core_process": True}
     with pytest.raises(ValueError, match="engine_core_process must be true or false"):
         parse_loop_options({"profile": "gpu", "engine_options": {"engine_core_process": "yes"}})
+
+
+def test_parallel_start_is_a_workers_own_choice_given_as_true_or_false() -> None:
+    from annotate.loopconfig import LOCAL_ENGINE_OPTIONS
+
+    assert "parallel_start" in LOCAL_ENGINE_OPTIONS  # how engines take turns starting changes no score
+    opts = parse_loop_options({"profile": "gpu", "engine_options": {"parallel_start": True}})
+    assert dict(opts.engine_options) == {"parallel_start": True}
+    with pytest.raises(ValueError, match="parallel_start must be true or false"):
+        parse_loop_options({"profile": "gpu", "engine_options": {"parallel_start": 1}})
