@@ -27,6 +27,7 @@ same on --data-short, e.g. TREC: a short label list). Each row records the git c
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import csv
 import io
@@ -256,7 +257,7 @@ def choose(
     worker's process whatever mp measured (the reason says so). Returns the two loops and the reasons."""
     rows = {r["variant"]: r for r in (json.loads(p.read_text()) for p in out.glob("*.json") if p.name not in NOT_ROWS)}
     base = rows.get("inproc")
-    loop, gpu_loop = json.loads(json.dumps(loop)), json.loads(json.dumps(gpu_loop))
+    loop, gpu_loop = copy.deepcopy(loop), copy.deepcopy(gpu_loop)
     reasons: list[str] = []
     if base is None:
         return {"loop": loop, "gpu_loop": gpu_loop, "reasons": ["no inproc row: the deployed defaults"]}

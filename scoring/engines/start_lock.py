@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,7 @@ class RedisStartLock:
         value = self.client.get(self.key)
         return value.decode() if isinstance(value, bytes) else value
 
-    def acquire(self, *, deadline: float, wait_s: float, skip: Any = None) -> bool:
+    def acquire(self, *, deadline: float, wait_s: float, skip: Callable[[], bool] | None = None) -> bool:
         """Take the lock, waiting until ``deadline`` (time.monotonic()) at most; False, without the lock, as
         soon as ``skip()`` (when given) is true while waiting."""
         began = time.monotonic()
@@ -223,7 +223,6 @@ def start_lock(
     if options.redis_url is None:
         with _file_locks(kind, names, options, after_first=after_first, config=config) as taken_here:
             yield taken_here
-        _file_mark(kind, names, options, config)
         return
     import redis
 
@@ -296,13 +295,9 @@ def _file_locks(
                 break
             held.callback(fcntl.flock, handle, fcntl.LOCK_UN)
         yield taken
+        for name in names:  # the block ended without an error: an engine of this configuration started here
+            _mark_path(root, kind, name, config).touch()
 
 
 def _mark_path(root: Path, kind: str, name: str, config: str) -> Path:
     return root / f"alann-{kind}-started-{name}-{config or 'any'}"
-
-
-def _file_mark(kind: str, names: list[str], options: StartLockOptions, config: str) -> None:
-    root = Path(options.lock_dir or tempfile.gettempdir())
-    for name in names:
-        _mark_path(root, kind, name, config).touch()
