@@ -46,13 +46,17 @@ logger = logging.getLogger(__name__)
 # steps probe); lr 1e-3 because so few steps at 2e-4 barely move a fresh LoRA; no dropout (as on the
 # GPU); a checkpoint every 16 steps (a kill loses < 16 steps of ~0.3 s). arms_every 5: the active /
 # random comparison arms (two more adapters trained and the test set scored twice more) every 5th
-# round only: they doubled a CPU round. The full loop (every layer, arms each round) stays one
-# option away: {"train": {"top_layers": 0}, "arms_every": 1}.
+# round only: they doubled a CPU round. arms_timing "deferred": even then they are trained and
+# evaluated after the round, while the next batch is labelled (issue 32, problem 5: an arms round took
+# 95-107 s, the arms 68 s of training and 15 s of evaluation of it). The full loop (every layer, arms
+# each round, in the round) stays one option away:
+# {"train": {"top_layers": 0}, "arms_every": 1, "arms_timing": "in_round"}.
 CPU_PROFILE: dict[str, Any] = {
     # 0: fitted to the prompt (scoring.pipeline.make_renderer): a prompt takes the tokens it has, so a
     # fixed cap only cut long items short, or refused a long prefix (few-shot examples) outright.
     "max_context": 0,
     "arms_every": 5,
+    "arms_timing": "deferred",
     "train": {
         "min_steps": 48,
         "max_steps": 48,
@@ -122,6 +126,10 @@ class LoopOptions:
     cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.acquisition.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
     arms_every: int  # ... in every Nth round only (1: every round; training.ensemble.is_arms_round)
+    # When those arms (and the from-scratch check) train: "deferred" (the CPU profile) after the round, as
+    # units of their own once the next round's batch is out, so the round ends with its prod adapters;
+    # "in_round" (the GPU profile: its eval shards score them beside the prod members) inside it.
+    arms_timing: str
     # Items of the fixed stop set each evaluation predicts (κ between rounds: the stopping criterion);
     # 0 turns it off. 500 (the default): near κ = 0.99 with 6 balanced classes the 95 % sampling error
     # of κ is about ±0.01, the margin the 0.99 threshold tests; it costs the evaluation 500 prompts on
@@ -160,6 +168,7 @@ PROFILES: dict[str, dict[str, Any]] = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
 DEFAULT_PROFILE = "cpu"
 DEFAULT_STOP_SET_SIZE = 500
 BLEND_MODES = ("auto", "off")
+ARMS_TIMINGS = ("deferred", "in_round")
 # "typical" (TypiClust): on the cheap learner (MiniLM + logistic regression, bench/proxy_sim.py on a
 # 20 % holdout of each train split, 5 seeds) the active loop's Δ area under the curve vs random rose on
 # five shared sets and tied on SST-2 against a uniform seed set (+0.0 … +8.6 CLINC150). On the H200
@@ -200,6 +209,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
         cold_mode=_cold_mode(raw),
         arms=bool(raw.get("arms", True)),
         arms_every=_at_least_one(raw, "arms_every", int(base.get("arms_every", 1))),
+        arms_timing=_arms_timing(raw, str(base.get("arms_timing", "in_round"))),
         stop_set_size=_non_negative(raw, "stop_set_size", DEFAULT_STOP_SET_SIZE),
         eval_shards=_non_negative(raw, "eval_shards", int(base.get("eval_shards", 0))),
         blend=_blend_mode(raw),
@@ -291,6 +301,13 @@ def _softrank_beta(raw: Mapping[str, Any]) -> float:
     return value
 
 
+def _arms_timing(raw: Mapping[str, Any], default: str) -> str:
+    value = raw.get("arms_timing", default)
+    if value not in ARMS_TIMINGS:
+        raise ValueError(f"loop option arms_timing must be one of {list(ARMS_TIMINGS)}, got {value!r}")
+    return str(value)
+
+
 def _blend_mode(raw: Mapping[str, Any]) -> str:
     value = str(raw.get("blend", "auto"))
     if value not in BLEND_MODES:
@@ -378,6 +395,7 @@ def loop_config(project: Project) -> LoopConfig:
         engine_options=opts.engine_options,
         arms=opts.arms,
         arms_every=opts.arms_every,
+        arms_timing=opts.arms_timing,
         blend=opts.blend,
         consolidate_every=opts.consolidate_every,
     )
@@ -488,6 +506,12 @@ def round_eval_shards(row: Round) -> int:
     """The evaluation shards of the round's frozen config (0: the evaluate step scores everything; a round
     frozen before the option existed has none)."""
     return int(round_frozen(row).get("eval_shards", 0))
+
+
+def round_arms_deferred(row: Round) -> bool:
+    """Whether the round's comparison adapters (scratch, active, random) are trained and evaluated after
+    it (loop option arms_timing "deferred"); a round frozen before the option existed trained them in it."""
+    return str(round_frozen(row)["loop"].get("arms_timing", "in_round")) == "deferred"
 
 
 def worker_config(row: Round) -> LoopConfig:

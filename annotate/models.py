@@ -535,8 +535,11 @@ class WorkClaim(models.Model):
     the training sets (``train_plan``), training one adapter (``train``, key "arm:k"), a slice of the
     evaluation's scoring (``eval_shard``, key its number: the gpu workers score the test set side by side
     before ``evaluate`` reads their scores), the evaluation (``evaluate``), ``finish`` (once the round is
-    done or failed: its export snapshot and its notifications), and ``drive``: the whole round held by a
-    synchronous driver (``round run-sync``, the simulation), which workers then leave alone."""
+    done or failed: its export snapshot and its notifications), ``arms_eval`` (the comparison arms'
+    evaluation when they are trained after the round: loop option ``arms_timing`` "deferred"; the row
+    exists from the training plan on while they are owed, and is done once their points are in the
+    round's metrics or they were given up), and ``drive``: the whole round held by a synchronous driver
+    (``round run-sync``, the simulation), which workers then leave alone."""
 
     class Kind(models.TextChoices):
         PLAN = "plan"
@@ -547,6 +550,7 @@ class WorkClaim(models.Model):
         EVAL_SHARD = "eval_shard"  # key: its number; a slice of the evaluation's scoring (loop option eval_shards)
         DRIVE = "drive"
         FINISH = "finish"  # after done or failed: the export snapshot and notifications (io queue)
+        ARMS_EVAL = "arms_eval"  # after done: the deferred comparison arms' evaluation (loop option arms_timing)
 
     Status = WorkStatus
 

@@ -113,6 +113,16 @@ def round_evaluate(round_id: int) -> str:
     return str(_then_advance(round_id, round_evaluate_run(round_id=round_id).status))
 
 
+@shared_task(name="annotate.gpu.arms_evaluate", base=RoundTask, **RETRY)
+def arms_evaluate(round_id: int) -> str:
+    """A done round's deferred comparison arms on the test set (loop option arms_timing); the round's
+    failure handler cannot fail a done round, and the unit's claims give the comparison up after its
+    last attempt."""
+    from annotate.services.evaluation import arms_evaluate_run
+
+    return str(_then_advance(round_id, arms_evaluate_run(round_id=round_id).status))
+
+
 @shared_task(name="annotate.jobs_resume", **RETRY)
 def jobs_resume(started: str | None = None) -> dict[str, int | str]:
     """The job engine's resume (annotate/services/jobs.py) for a worker that started, or connected to

@@ -40,6 +40,10 @@ class LoopConfig:
     engine_options: tuple[tuple[str, Any], ...] = field(default=())
     arms: bool = True  # train the in-round active / random comparison arms
     arms_every: int = 1  # ... in every Nth round (is_arms_round): the CPU profile's 5 halves a round
+    # When the comparison adapters (scratch, active, random) are trained and evaluated: "in_round" with
+    # the prod members (the round ends after them), or "deferred": after the round, while the next batch is
+    # labelled, on the same plan and seeds. A round frozen before the option existed trained them in-round.
+    arms_timing: str = "in_round"
     blend: str = "auto"  # the predictor: adapters + proxy at a held-out weight ("auto") or adapters alone ("off")
     # Consolidation: the prod members are retrained from scratch every N rounds (0: never, warm starts
     # throughout). Warm starts trained a fixed number of steps carry the order labels arrived in (issue 33).

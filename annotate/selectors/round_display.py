@@ -165,7 +165,28 @@ def metric_lines(metrics: dict[str, Any], *, min_test: int = 0) -> list[tuple[st
                 f"at {int(arms['random'].get('labels', 0))} labels each",
             )
         )
+    elif comparison_sentence(metrics):
+        lines.append(("Comparison arms", comparison_sentence(metrics)))
     return lines
+
+
+# The deferred comparison arms' state (annotate/services/round_state.py, metrics["comparison"]) in words.
+COMPARISON_WORDS = {
+    "waiting": "training after the round, once the next round's batch is out (their points then join the curve)",
+    "running": "training after the round, now (their points join the curve when done)",
+}
+
+
+def comparison_sentence(metrics: dict[str, Any]) -> str:
+    """Where a round's deferred comparison arms are ("" for a round that trained them in the round, or
+    measured them): on their way, or why they are missing."""
+    comparison = metrics.get("comparison") if isinstance(metrics, dict) else None
+    if not isinstance(comparison, dict):
+        return ""
+    state = comparison.get("state")
+    if state == "failed":
+        return str(comparison.get("reason") or "not measured")
+    return COMPARISON_WORDS.get(str(state), "")
 
 
 # training.json's "fixed_step" in words (training.graphstep): "eager" is either asked for or what a
@@ -372,4 +393,12 @@ def next_step_sentence(*, project: Project, batch: BatchStatus | None) -> str:
     return "; ".join(parts) + f". {when} to train on the {batch.finished} finished items."
 
 
-__all__ = ["RoundView", "cost_lines", "duration", "metric_lines", "next_step_sentence", "round_views"]
+__all__ = [
+    "RoundView",
+    "comparison_sentence",
+    "cost_lines",
+    "duration",
+    "metric_lines",
+    "next_step_sentence",
+    "round_views",
+]

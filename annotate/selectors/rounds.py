@@ -14,6 +14,7 @@ from django.db.models.functions import Coalesce
 
 from annotate.models import Annotation, BatchItem, Item, Project, Round
 from annotate.selectors import curve_chart
+from annotate.selectors.round_display import comparison_sentence
 
 # Below this many labelled test items one item moves the accuracy by more than 3 points: the ML page
 # withholds the accuracy and the curve instead of plotting noise ("Test accuracy 0.0 % · Test items: 1").
@@ -114,17 +115,27 @@ def test_set_status(*, project: Project) -> TestSetStatus:
 
 
 def learning_curve_data_uri(*, project: Project) -> str | None:
-    """The newest round's learning curve as an SVG data: URI, drawn from its points (curve_chart; the
-    stored matplotlib SVG only for a round without points). Shown through <img>, so any script inside
-    the SVG never runs in the page."""
-    for metrics in Round.objects.filter(project=project).order_by("-number").values_list("metrics", flat=True):
+    """The project's learning curve as an SVG data: URI, drawn (curve_chart) from every round's own
+    points — so a round's comparison arms evaluated after the round (loop option arms_timing) join it
+    whenever they finish — or, without any, the newest stored matplotlib SVG. Shown through <img>, so
+    any script inside the SVG never runs in the page."""
+    points: list[Any] = []
+    stored = None
+    for number, metrics in Round.objects.filter(project=project).order_by("number").values_list("number", "metrics"):
         if not isinstance(metrics, dict):
             continue
-        points = metrics.get("points")
-        svg = curve_chart.curve_svg(points) if isinstance(points, list) and points else metrics.get("curve_svg")
-        if svg:
-            return "data:image/svg+xml;base64," + base64.b64encode(str(svg).encode()).decode("ascii")
-    return None
+        own = metrics.get("points")
+        if isinstance(own, list):
+            points.extend(p for p in own if isinstance(p, dict) and p.get("round") == number)
+        stored = metrics.get("curve_svg") or stored
+    svg = curve_chart.curve_svg(points) if points else stored
+    return "data:image/svg+xml;base64," + base64.b64encode(str(svg).encode()).decode("ascii") if svg else None
+
+
+def comparison_running(*, project: Project) -> bool:
+    """Whether a done round's comparison arms are training or being evaluated after it (the ML page
+    keeps polling until their points are in)."""
+    return Round.objects.filter(project=project, metrics__comparison__state="running").exists()
 
 
 def evaluations(*, project: Project) -> list[dict[str, object]]:
@@ -144,6 +155,7 @@ def _evaluation(number: int, metrics: dict[str, Any], cost: dict[str, Any]) -> d
     return {
         "round": number,
         "gain_text": metrics.get("gain_text"),
+        "comparison_text": comparison_sentence(metrics),
         "accuracy": metrics.get("accuracy"),
         "macro_f1": metrics.get("macro_f1"),
         "ece": metrics.get("ece"),

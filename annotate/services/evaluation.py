@@ -37,7 +37,22 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import jobs
 from annotate.services.projects import stop_set_draw
 from annotate.services.proxy import item_texts, plan_proxy_probabilities
-from annotate.services.round_state import S, add_cost, plan_path, read_plan, round_dir, round_transition
+from annotate.services.round_state import (
+    COMPARISON,
+    COMPARISON_DONE,
+    COMPARISON_EVALUATING_COST,
+    COMPARISON_RUNNING,
+    COMPARISON_WAITING,
+    S,
+    add_cost,
+    comparison_give_up,
+    comparison_keys,
+    comparison_mark,
+    plan_path,
+    read_plan,
+    round_dir,
+    round_transition,
+)
 from scoring import pipeline
 from scoring.cache import ScoreCache, text_hash
 from scoring.device import device_kind
@@ -104,11 +119,14 @@ class _Counted:
         )
 
 
-def _adapters_by_arm(row: Round) -> dict[str, list[AdapterVersion]]:
-    """The round's adapters by arm (prod, scratch, active, random), members in k order."""
+def _adapters_by_arm(row: Round, *, deferred: bool = False) -> dict[str, list[AdapterVersion]]:
+    """The round's adapters by arm (prod, scratch, active, random), members in k order: those its own
+    evaluation scores, or (``deferred``) the comparison adapters it trains after it (comparison_keys)."""
+    later = set(comparison_keys(row))
     by_arm: dict[str, list[AdapterVersion]] = {}
     for adapter in AdapterVersion.objects.filter(round=row).order_by("arm", "k"):
-        by_arm.setdefault(adapter.arm, []).append(adapter)
+        if (f"{adapter.arm}:{adapter.k}" in later) == deferred:
+            by_arm.setdefault(adapter.arm, []).append(adapter)
     return by_arm
 
 
@@ -186,6 +204,30 @@ def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarra
         "gain": {**gain, **discordant, "n": len(y)},
         "gain_text": gain["sentence"],
     }
+
+
+def _comparison_metrics(row: Round, scores: dict[str, tuple[dict[str, Any], Any]], y: np.ndarray) -> dict[str, Any]:
+    """What the comparison adapters measured: active vs random (``_evaluate_arms``) and, beside a
+    scratch member, scratch vs the warm first prod member (``scores["prod0"]``)."""
+    out = _evaluate_arms(row, scores, y)
+    if "scratch" in scores:
+        warm, scratch = scores["prod0"][0], scores["scratch"][0]
+        out["scratch_vs_warm"] = {
+            "scratch_accuracy": scratch["accuracy"],
+            "warm_accuracy": warm["accuracy"],
+            "scratch_minus_warm": scratch["accuracy"] - warm["accuracy"],
+        }
+    return out
+
+
+def _curve(row: Round, points: list[dict[str, Any]], gain_text: str | None) -> dict[str, Any]:
+    """The learning curve's SVG of ``points``, titled with the round's gain sentence; empty without points."""
+    if not points:
+        return {}
+    title = f"{row.project.name}: test accuracy vs labels"
+    if gain_text:
+        title += f"\n{gain_text}"
+    return {"curve_svg": curves.curves_svg(points, title)}
 
 
 def _score_sets(
@@ -543,24 +585,15 @@ def _evaluate(row: Round) -> None:
             **_kappas(row, test_ids, p_prod.argmax(axis=1), n_classes),
             **metrics,
             "prod": prod,
-            **_evaluate_arms(row, scores, y),
+            **_comparison_metrics(row, scores, y),
         }
-        if "scratch" in scores:
-            warm, scratch = scores["prod0"][0], scores["scratch"][0]
-            metrics["scratch_vs_warm"] = {
-                "scratch_accuracy": scratch["accuracy"],
-                "warm_accuracy": warm["accuracy"],
-                "scratch_minus_warm": scratch["accuracy"] - warm["accuracy"],
-            }
     else:
         metrics["note"] = "the test set has no labels yet: label it (annotator test queue) or import gold labels"
+    if comparison_keys(row):  # trained and evaluated after the round (arms_eval): the ML page says so meanwhile
+        metrics[COMPARISON] = {"state": COMPARISON_WAITING}
     metrics.update({k: v for k, v in (row.metrics or {}).items() if k not in metrics and not k.endswith("_svg")})
     metrics["points"] = _points(row, metrics, labels_used)
-    if metrics["points"]:
-        title = f"{row.project.name}: test accuracy vs labels"
-        if metrics.get("gain_text"):
-            title += f"\n{metrics['gain_text']}"
-        metrics["curve_svg"] = curves.curves_svg(metrics["points"], title)
+    metrics.update(_curve(row, metrics["points"], metrics.get("gain_text")))
     if "prod" in metrics:
         metrics["reliability_svg"] = curves.reliability_svg(
             metrics["prod"]["reliability"], title=f"Round {row.number} reliability"
@@ -569,3 +602,57 @@ def _evaluate(row: Round) -> None:
     add_cost(round_id=row.id, step="evaluating", seconds=time.perf_counter() - started, device=device_kind())
     with transaction.atomic():
         round_transition(row.id, S.EVALUATING, S.DONE, metrics=_clean(metrics), cost=_cost(row, metrics, labels_used))
+
+
+# -- the comparison arms after the round (loop option arms_timing "deferred") ------------------------
+
+
+def arms_evaluate_run(*, round_id: int) -> Round:
+    """Evaluate a done round's deferred comparison adapters on the test set, holding its ``arms_eval``
+    unit, and merge what they measured (active vs random, scratch vs warm, their learning-curve points)
+    into the round's metrics: exactly what an in-round evaluation would have stored. Nothing when the
+    round is not done, the comparison is no longer owed, or one of its adapters is missing yet. Failing
+    every attempt gives the comparison up (the round says why) and never fails the round."""
+    row = Round.objects.select_related("project").get(id=round_id)
+    keys = comparison_keys(row)
+    made = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=row).values_list("arm", "k")}
+    if row.status == S.DONE and keys and set(keys) <= made:
+        jobs.run_claimed(
+            jobs.work_rows(row.id, WorkClaim.Kind.ARMS_EVAL),
+            round_id=row.id,
+            what="the comparison arms' evaluation",
+            step=lambda: _evaluate_comparison(row),
+            give_up=lambda reason: comparison_give_up(round_id=row.id, reason=reason),
+            started=lambda: comparison_mark(round_id=row.id, state=COMPARISON_RUNNING),
+        )
+    row.refresh_from_db()
+    return row
+
+
+def _evaluate_comparison(row: Round) -> None:
+    started = time.perf_counter()
+    _, texts, y = loop_sel.test_items(project=row.project)
+    measured: dict[str, Any] = {}
+    if texts:
+        config = worker_config(row)
+        renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)
+        engine, names = ensemble.make_engine(config), loop_sel.label_names(project=row.project)
+        scores: dict[str, tuple[dict[str, Any], Any]] = {
+            arm: ensemble.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(adapters), names)
+            for arm, adapters in _adapters_by_arm(row, deferred=True).items()
+        }
+        if "scratch" in scores:  # beside the warm first prod member, as the round's own evaluation compares them
+            prod = _adapters_by_arm(row).get(AdapterVersion.Arm.PROD, [])
+            scores["prod0"] = (
+                ensemble.evaluate_adapters(engine, renderer, texts, y, loop_sel.adapter_refs(prod[:1]), names)
+                if len(prod) > 1
+                else ((row.metrics or {})["prod"], None)
+            )
+        measured = _comparison_metrics(row, scores, y)
+    points = list((row.metrics or {}).get("points", []))
+    for arm, values in measured.get("arms", {}).items():
+        points.append({"round": row.number, "arm": arm, "labels": values["labels"], "accuracy": values["accuracy"]})
+    measured |= {"points": points, **_curve(row, points, measured.get("gain_text"))}
+    seconds = time.perf_counter() - started
+    add_cost(round_id=row.id, step=COMPARISON_EVALUATING_COST, seconds=seconds, device=device_kind())
+    comparison_mark(round_id=row.id, state=COMPARISON_DONE, **_clean(measured))

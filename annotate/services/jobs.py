@@ -3,8 +3,9 @@ an auto-labelling calibration, run and shard — is a row with ``status``, ``wor
 ``attempts`` and ``sent_at``, and goes through this one module for:
 
 - **claims** (one live process per unit): a round's score shards (ScoreShard) and its other steps
-  (WorkClaim: plan, select, train_plan, train "arm:k", evaluate, finish, and drive for a synchronous
-  driver); auto-labelling's calibrations and shards; label-error scans. The functions take a queryset
+  (WorkClaim: plan, select, train_plan, train "arm:k", evaluate, finish, arms_eval — the deferred
+  comparison arms' evaluation after the round — and drive for a synchronous driver); auto-labelling's
+  calibrations and shards; label-error scans. The functions take a queryset
   selecting one row, so any table of that shape is claimed the same way:
 
     reserve(rows)          pending / failed / running on a dead process → queued; True for the one
@@ -20,7 +21,8 @@ an auto-labelling calibration, run and shard — is a row with ``status``, ``wor
   Every update is one conditional UPDATE, so two workers (or a worker and a restart of itself) can
   never both hold a unit.
 - **retries**: a unit claimed more than MAX_ATTEMPTS times (its worker died, or it failed, each time)
-  stops: a round fails with the reason, a calibration or scan fails, an auto-labelling shard gives its
+  stops: a round fails with the reason (a deferred comparison arm gives its comparison up instead: the
+  round stays done), a calibration or scan fails, an auto-labelling shard gives its
   items to the dead letters. The tasks' own retry policy for transient errors is ``annotate.tasks.RETRY``.
 - **resume after a kill**: every worker start runs ``resume_all`` once (``annotate.jobs_resume``, sent
   to the starting worker's own queue), and so does every reconnection of a worker to the broker (a
@@ -157,10 +159,20 @@ def work_rows(round_id: int, kind: str, key: str = "") -> QuerySet[WorkClaim]:
     return WorkClaim.objects.filter(round_id=round_id, kind=kind, key=key)
 
 
-def run_claimed(rows: QuerySet[Any], *, round_id: int, what: str, step: Callable[[], T]) -> T | None:
+def run_claimed(
+    rows: QuerySet[Any],
+    *,
+    round_id: int,
+    what: str,
+    step: Callable[[], T],
+    give_up: Callable[[str], object] | None = None,
+    started: Callable[[], object] | None = None,
+) -> T | None:
     """Run ``step`` holding the unit ``rows`` selects: None (and nothing run) when a live process holds
-    it or it is done. A unit claimed more than MAX_ATTEMPTS times fails its round; an error marks it
-    failed (the task's retry or the next resume claims it again) and propagates."""
+    it or it is done. A unit claimed more than MAX_ATTEMPTS times fails its round — or, with ``give_up``
+    (a unit off the round's path: the deferred comparison arms), calls it with the reason instead; an
+    error marks it failed (the task's retry or the next resume claims it again) and propagates.
+    ``started``: called once the claim is held, before the step."""
     me = worker_id()
     steppoints.reached("claim", f"{round_id}-{what}")
     if not claim(rows, me=me):
@@ -168,8 +180,14 @@ def run_claimed(rows: QuerySet[Any], *, round_id: int, what: str, step: Callable
     if exhausted(rows):
         error = rows.values_list("error", flat=True).first() or "its worker died each time"
         fail(rows, me=me, error=error)
-        round_fail(round_id=round_id, reason=f"{what} failed {MAX_ATTEMPTS} times: {error}")
+        reason = f"{what} failed {MAX_ATTEMPTS} times: {error}"
+        if give_up is not None:
+            give_up(reason)
+        else:
+            round_fail(round_id=round_id, reason=reason)
         return None
+    if started is not None:
+        started()
     try:
         result = step()
     except Exception as exc:

@@ -1,5 +1,6 @@
 """A round's bookkeeping, shared by every round service: the guarded status move, failing a round,
-its cost, and its folders. Imports only the models, so any service may import it and it imports none.
+its cost, its folders and training plan, and the state of its deferred comparison arms. Imports only
+the models and the frozen configuration, so any service may import it and it imports none.
 
 Statuses and the allowed moves are on the model (``Round.Status``, ``Round.TRANSITIONS``).
 """
@@ -14,7 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.models import AutolabelRun, Round
+from annotate.loopconfig import round_arms_deferred
+from annotate.models import AdapterVersion, AutolabelRun, Round, WorkClaim, WorkStatus
 from scoring.files import atomic_write_json
 
 S = Round.Status
@@ -46,6 +48,50 @@ def round_fail(*, round_id: int, reason: str) -> bool:
         status=S.FAILED, failure_reason=reason[:MAX_REASON], finished_at=timezone.now(), updated_at=timezone.now()
     )
     return moved == 1
+
+
+# The comparison adapters trained after the round (loop option arms_timing "deferred"): their state in
+# the round's metrics["comparison"] ({"state": ..., "reason": ...}), what the ML page shows until their
+# points join the learning curve.
+COMPARISON = "comparison"
+COMPARISON_WAITING = "waiting"  # planned; trained once the next round's batch is out
+COMPARISON_RUNNING = "running"
+COMPARISON_DONE = "done"
+COMPARISON_FAILED = "failed"  # given up after MAX_ATTEMPTS: the round stays done, the reason is shown
+# their seconds in Round.cost["steps"], apart from the round's own training and evaluating
+COMPARISON_TRAINING_COST = "comparison_training"
+COMPARISON_EVALUATING_COST = "comparison_evaluating"
+
+
+def comparison_mark(*, round_id: int, state: str, reason: str = "", **metrics: Any) -> bool:
+    """Set the round's comparison ``state`` (and merge ``metrics`` into Round.metrics) under its row
+    lock; a comparison already done or failed stays so. True when it wrote."""
+    with transaction.atomic():
+        row = Round.objects.select_for_update().get(id=round_id)
+        current = dict(row.metrics or {})
+        if (current.get(COMPARISON) or {}).get("state") in (COMPARISON_DONE, COMPARISON_FAILED):
+            return False
+        current.update(metrics)
+        current[COMPARISON] = {"state": state, **({"reason": reason[:MAX_REASON]} if reason else {})}
+        Round.objects.filter(id=round_id).update(metrics=current)
+        return True
+
+
+def comparison_give_up(*, round_id: int, reason: str) -> None:
+    """The deferred comparison failed every attempt: the round says why, and its ``arms_eval`` unit is
+    closed (nothing more is owed, nothing is left running; the round stays done)."""
+    comparison_mark(round_id=round_id, state=COMPARISON_FAILED, reason=f"not measured: {reason}")
+    WorkClaim.objects.filter(round_id=round_id, kind=WorkClaim.Kind.ARMS_EVAL).exclude(status=WorkStatus.DONE).update(
+        status=WorkStatus.DONE, error=reason[:MAX_REASON]
+    )
+
+
+def comparison_keys(row: Round) -> list[str]:
+    """The planned comparison adapters ("arm:k" of scratch, active, random) the round trains after it is
+    done (loop option arms_timing "deferred"); empty when it trains them in the round, or has none."""
+    if not plan_path(row).is_file() or not round_arms_deferred(row):
+        return []
+    return [key for key in read_plan(row) if not key.startswith(f"{AdapterVersion.Arm.PROD}:")]
 
 
 def add_cost(*, round_id: int, step: str, seconds: float, device: str, **counts: float) -> None:

@@ -5,6 +5,15 @@ order of a round's steps.
     ─train plan, then every adapter→  evaluating  ─(every eval shard, then) evaluate→  done   (any active → failed)
     done or failed  ─finish→  (the export snapshot and the notifications: annotate/services/notify.py)
 
+With loop option ``arms_timing`` "deferred" (the CPU profile) the round's path trains and evaluates its
+prod members only; its comparison adapters (scratch, active, random: the same plan and seeds) are
+trained and evaluated after it is done, as units of their own (``train`` "arm:k", then ``arms_eval``),
+once no round of the project is on the path people wait on and a later round has chosen its batch
+(or none can come: the pool's end, a final model) — while people label, so they take no worker from
+a round that is scoring, selecting, training or evaluating. Their points then join the round's metrics
+(annotate/services/evaluation.py ``arms_evaluate_run``); failing every attempt, the comparison is given
+up with its reason and the round stays done.
+
 A round whose selection finds the pool fully labelled goes selecting → training with no batch
 (``pool_exhausted``: the final model, from scratch; the project's last round until more items are
 imported), as does a requested final-model round (``round_request_final``).
@@ -65,6 +74,7 @@ __all__ = [
     "driving",
     "maybe_auto_retrain",
     "round_advance",
+    "round_compare_sync",
     "round_request_final",
     "round_request_retrain",
     "round_request_start",
@@ -260,6 +270,7 @@ STEPS: dict[str, Callable[..., object]] = {
     "annotate.gpu.train_adapter": lambda r, arm, k: training.train_adapter_run(round_id=r, arm=arm, k=k),
     "annotate.gpu.eval_shard": lambda r, shard: evaluation.eval_shard_run(round_id=r, shard=shard),
     "annotate.gpu.round_evaluate": lambda r: evaluation.round_evaluate_run(round_id=r),
+    "annotate.gpu.arms_evaluate": lambda r: evaluation.arms_evaluate_run(round_id=r),
     "annotate.round_finished": lambda r: notify.round_finished_run(round_id=r),
 }
 
@@ -300,8 +311,37 @@ def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
             return shards
         return [(Work("annotate.gpu.round_evaluate", (rid,)), jobs.work_rows(rid, K.EVALUATE))]
     if row.status in (S.DONE, S.FAILED):
-        return [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
+        finish = [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
+        return finish + (comparison_units(row) if comparison_due(row) else [])
     return []  # labeling waits for people
+
+
+# Statuses of a round on the path people wait on: deferred comparison arms never start beside one.
+PATH_STATUSES = (S.PENDING, S.SCORING, S.SELECTING, S.TRAINING, S.EVALUATING)
+
+
+def comparison_units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
+    """A done round's deferred comparison (loop option arms_timing): its adapters not trained yet,
+    then, once every one is, their evaluation; nothing once it is measured or given up."""
+    if row.status != S.DONE or not training.comparison_owed(row):
+        return []
+    rid, keys = row.id, training.comparison_keys(row)
+    if not training.training_done(round=row, keys=keys):
+        return [
+            (Work("annotate.gpu.train_adapter", (rid, arm, k)), jobs.work_rows(rid, K.TRAIN, f"{arm}:{k}"))
+            for arm, k in training.adapters_to_train(round=row, keys=keys)
+        ]
+    return [(Work("annotate.gpu.arms_evaluate", (rid,)), jobs.work_rows(rid, K.ARMS_EVAL))]
+
+
+def comparison_due(row: Round) -> bool:
+    """Whether the workers may take a done round's deferred comparison now: no round of the project is
+    on the path people wait on, and a later round has chosen its batch (so it is not waiting for a worker
+    either) — or no later round can come (the pool's end, a final model)."""
+    rounds = Round.objects.filter(project_id=row.project_id)
+    if rounds.filter(status__in=PATH_STATUSES).exists():
+        return False
+    return row.pool_exhausted or row.final_requested or rounds.filter(number__gt=row.number).exists()
 
 
 def _settle(row: Round) -> None:
@@ -340,8 +380,21 @@ def round_advance(
     _settle(row)
     if row.status in (S.DONE, S.FAILED):
         _open_for_waiting(row.project)
+    sent = _send(row, missing_work(row, check_running=resend or dispatch is not None), dispatch, resend, since)
+    if dispatch is None and not resend and row.status not in PATH_STATUSES:
+        sent += _send_comparisons(row)
+    return sent
+
+
+def _send(
+    row: Round,
+    units: list[tuple[Work, QuerySet[Any]]],
+    dispatch: Dispatch | None,
+    resend: bool,
+    since: datetime | None,
+) -> list[Work]:
     sent = []
-    for work, rows in missing_work(row, check_running=resend or dispatch is not None):
+    for work, rows in units:
         if dispatch is not None:
             dispatch(work)
         elif jobs.reserve(rows) or (resend and jobs.resend_due(rows, since=since)):
@@ -349,6 +402,20 @@ def round_advance(
         else:
             continue
         sent.append(work)
+    return sent
+
+
+def _send_comparisons(row: Round) -> list[Work]:
+    """Once ``row`` leaves the path people wait on (its batch is out, or it ended), the deferred
+    comparisons of the project's other done rounds that are due now."""
+    owed = WorkClaim.objects.filter(kind=K.ARMS_EVAL, round__project_id=row.project_id).exclude(
+        status=WorkClaim.Status.DONE
+    )
+    sent: list[Work] = []
+    for other in Round.objects.filter(id__in=owed.values("round_id")).exclude(id=row.id).order_by("number"):
+        if comparison_due(other) and not driven(other):
+            units = [(w, r) for w, r in comparison_units(other) if jobs.needs_worker(r, check_running=False).exists()]
+            sent += _send(other, units, None, False, None)
     return sent
 
 
@@ -371,9 +438,10 @@ def round_resume(*, round_id: int, since: datetime | None = None) -> list[Work]:
 
 
 def rounds_resume_all(*, since: datetime | None = None) -> int:
-    """Resume every active round, and every finished one whose finish (snapshot, notifications) is not
-    done (the job engine's worker-start resume, annotate/services/jobs.py). Returns the units sent."""
-    unfinished = WorkClaim.objects.filter(kind=K.FINISH).exclude(status=WorkClaim.Status.DONE)
+    """Resume every active round, and every finished one whose finish (snapshot, notifications) or
+    deferred comparison is not done (the job engine's worker-start resume, annotate/services/jobs.py).
+    Returns the units sent."""
+    unfinished = WorkClaim.objects.filter(kind__in=[K.FINISH, K.ARMS_EVAL]).exclude(status=WorkClaim.Status.DONE)
     ids = list(
         Round.objects.filter(Q(status__in=ACTIVE_STATUSES) | Q(id__in=unfinished.values("round_id"))).values_list(
             "id", flat=True
@@ -452,10 +520,14 @@ def _run_here(unit: Work) -> None:
     STEPS[unit.task](*unit.args)
 
 
-def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DONE, S.FAILED)) -> Round:
+def round_run_sync(
+    *, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DONE, S.FAILED), comparison: bool = True
+) -> Round:
     """Run the round's steps in this process (no broker) until it reaches a status in ``until``; the
     status it starts in never stops it (a round in labeling is trained and evaluated). The driver
-    holds the round's drive claim and runs the units ``round_advance`` hands it, then asks again."""
+    holds the round's drive claim and runs the units ``round_advance`` hands it, then asks again. A
+    round it brings to done then gets its deferred comparison here too, unless ``comparison`` is False
+    (a bench timing the round alone: ``round_compare_sync`` runs it after)."""
     with driving(round_id):
         row = Round.objects.get(id=round_id)
         last: list[Work] | None = None
@@ -480,4 +552,33 @@ def round_run_sync(*, round_id: int, until: tuple[str, ...] = (S.LABELING, S.DON
                     break
         if row.status in (S.DONE, S.FAILED):  # its export snapshot and notifications, here too
             round_advance(row.id, dispatch=_run_here)
+        if comparison and row.status == S.DONE:
+            _compare_here(row.id)
+            row.refresh_from_db()
     return row
+
+
+def round_compare_sync(*, round_id: int) -> Round:
+    """Train and evaluate a done round's deferred comparison arms in this process, whatever the project's
+    next round is doing (the simulation, the benches, ``round run-sync``); nothing when none is owed."""
+    with driving(round_id):
+        _compare_here(round_id)
+    return Round.objects.get(id=round_id)
+
+
+def _compare_here(round_id: int) -> None:
+    """Run the comparison's units until none is left: measured, or given up after MAX_ATTEMPTS (a failing
+    unit is logged and claimed again, as a worker's retry would; the round stays done)."""
+    row = Round.objects.get(id=round_id)
+    # each pass trains what is left (or evaluates), and a failing unit is given up after MAX_ATTEMPTS + 1 claims
+    for _ in range(2 * (jobs.MAX_ATTEMPTS + 1)):
+        units = [work for work, rows in comparison_units(row) if jobs.needs_worker(rows).exists()]
+        if not units:
+            return
+        for unit in units:
+            try:
+                STEPS[unit.task](*unit.args)
+            except Exception:
+                log.exception("round %s: %s failed (the comparison only; the round stays done)", row.number, unit)
+        row.refresh_from_db()
+    raise RoundError(f"round {row.number}: its comparison arms made no progress")

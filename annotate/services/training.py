@@ -12,7 +12,12 @@ Each adapter (``train_adapter_run``, task ``annotate.gpu.train_adapter``) is a `
 it twice (a worker that died mid-way is taken over, and the trainer resumes from its checkpoint).
 ``training.lora.train_adapter`` publishes the adapter atomically under ``round_dir/<arm>_<k>``; the
 AdapterVersion row (unique (round, arm, k)) is written once. ``training_finish`` (called by the round
-flow once every planned adapter exists) moves the round to evaluating, once.
+flow once every planned adapter on the round's path exists) moves the round to evaluating, once.
+
+With loop option ``arms_timing`` "deferred" (the CPU profile) the plan is the same, but only its prod
+members are on the round's path (``path_keys``): the comparison adapters (``comparison_keys``: scratch,
+active, random) are trained after the round is done, by the same unit and claims (``train`` "arm:k"),
+and their evaluation is the round's ``arms_eval`` unit, created here with the plan.
 """
 
 from __future__ import annotations
@@ -25,14 +30,19 @@ from django.db.models import F
 from django.db.models.functions import Least
 
 from annotate import steppoints
-from annotate.loopconfig import round_config, worker_config
+from annotate.loopconfig import round_arms_deferred, round_config, worker_config
 from annotate.models import AdapterVersion, Item, Round, WorkClaim
 from annotate.selectors import loop as loop_sel
 from annotate.services import jobs
 from annotate.services.round_state import (
+    COMPARISON_RUNNING,
+    COMPARISON_TRAINING_COST,
     Plan,
     S,
     add_cost,
+    comparison_give_up,
+    comparison_keys,
+    comparison_mark,
     plan_path,
     read_plan,
     round_dir,
@@ -69,6 +79,12 @@ def has_plan(row: Round) -> bool:
     return plan_path(row).is_file()
 
 
+def path_keys(row: Round) -> list[str]:
+    """The planned adapters the round waits for before its evaluation: every one, less the deferred."""
+    deferred = set(comparison_keys(row))
+    return [key for key in read_plan(row) if key not in deferred]
+
+
 def training_plan_run(*, round_id: int) -> Round:
     """Freeze the training round's plan (once) with the total of its optimiser steps."""
     return jobs.run_round_step(
@@ -84,7 +100,15 @@ def _write_plan(row: Round) -> None:
     config = round_config(row)
     mode = training_mode(row, config)
     plan = train_plan(row, loop_sel.labeled_items(project=row.project), config, mode=mode)
-    steps = sum(total_steps(len(pairs), config.train.for_arm(name.split(":")[0])) for name, pairs in plan.items())
+    deferred = round_arms_deferred(row)
+    # The round's progress bar counts the adapters it waits for: deferred comparison arms train after it.
+    steps = sum(
+        total_steps(len(pairs), config.train.for_arm(name.split(":")[0]))
+        for name, pairs in plan.items()
+        if not deferred or name.startswith(f"{AdapterVersion.Arm.PROD}:")
+    )
+    if deferred and any(not name.startswith(f"{AdapterVersion.Arm.PROD}:") for name in plan):
+        jobs.work_rows(row.id, WorkClaim.Kind.ARMS_EVAL)  # owed from now on: the resume looks for it
     Round.objects.filter(id=row.id).update(
         train_steps_total=steps,
         train_steps_done=0,
@@ -107,17 +131,18 @@ def training_mode(row: Round, config: ensemble.LoopConfig) -> str:
     )
 
 
-def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
-    """Planned (arm, k) whose claim is not done and that no live worker holds, in plan order. An adapter
-    whose AdapterVersion exists but whose claim its worker never closed (it died, or its last UPDATE
-    failed) is listed too: its message finds the adapter and closes the claim."""
+def adapters_to_train(*, round: Round, keys: list[str] | None = None) -> list[tuple[str, int]]:
+    """Planned (arm, k) of ``keys`` (None: the round's path) whose claim is not done and that no live
+    worker holds, in plan order. An adapter whose AdapterVersion exists but whose claim its worker never
+    closed (it died, or its last UPDATE failed) is listed too: its message finds the adapter and closes
+    the claim."""
     done = set(
         WorkClaim.objects.filter(round=round, kind=WorkClaim.Kind.TRAIN, status=WorkClaim.Status.DONE).values_list(
             "key", flat=True
         )
     )
     out = []
-    for key in read_plan(round):
+    for key in path_keys(round) if keys is None else keys:
         if key in done:
             continue
         if jobs.needs_worker(jobs.work_rows(round.id, WorkClaim.Kind.TRAIN, key)).exists():
@@ -126,12 +151,12 @@ def adapters_to_train(*, round: Round) -> list[tuple[str, int]]:
     return out
 
 
-def training_done(*, round: Round) -> bool:
-    """Every planned adapter exists and its claim is closed: a round never leaves training while a
-    worker still holds one of its units."""
+def training_done(*, round: Round, keys: list[str] | None = None) -> bool:
+    """Every planned adapter of ``keys`` (None: the round's path) exists and its claim is closed: a round
+    never leaves training while a worker still holds one of its units."""
     if not has_plan(round):
         return False
-    plan = set(read_plan(round))
+    plan = set(path_keys(round) if keys is None else keys)
     made = {f"{a}:{k}" for a, k in AdapterVersion.objects.filter(round=round).values_list("arm", "k")}
     closed = set(
         WorkClaim.objects.filter(round=round, kind=WorkClaim.Kind.TRAIN, status=WorkClaim.Status.DONE).values_list(
@@ -148,17 +173,40 @@ def training_finish(*, round_id: int) -> bool:
 
 
 def train_adapter_run(*, round_id: int, arm: str, k: int) -> AdapterVersion | None:
-    """Train (or resume, or find) one planned adapter of a training round, holding its claim. None when
-    the round is not training or a live worker holds the adapter."""
+    """Train (or resume, or find) one planned adapter of a training round — or a deferred comparison
+    adapter of a done round whose comparison is still owed — holding its claim. None when the round is
+    in neither case or a live worker holds the adapter. A deferred adapter that fails every attempt gives
+    the comparison up (``comparison_give_up``); the round stays done."""
     row = Round.objects.select_related("project").get(id=round_id)
-    if row.status != S.TRAINING:
+    key = f"{arm}:{k}"
+    deferred = row.status == S.DONE and key in comparison_keys(row)
+    if not (row.status == S.TRAINING or (deferred and comparison_owed(row))):
         return None
-    rows = jobs.work_rows(row.id, WorkClaim.Kind.TRAIN, f"{arm}:{k}")
+    rows = jobs.work_rows(row.id, WorkClaim.Kind.TRAIN, key)
     existing = AdapterVersion.objects.filter(round=row, arm=arm, k=k).first()
     if existing is not None:
         jobs.close(rows)  # its trainer may have died (or failed to write) after saving it
         return existing
-    return jobs.run_claimed(rows, round_id=row.id, what=f"adapter {arm}:{k}", step=lambda: _train(row, arm, k))
+    if not deferred:
+        return jobs.run_claimed(rows, round_id=row.id, what=f"adapter {key}", step=lambda: _train(row, arm, k))
+    return jobs.run_claimed(
+        rows,
+        round_id=row.id,
+        what=f"comparison adapter {key}",
+        step=lambda: _train(row, arm, k, on_path=False),
+        give_up=lambda reason: comparison_give_up(round_id=row.id, reason=reason),
+        started=lambda: comparison_mark(round_id=row.id, state=COMPARISON_RUNNING),
+    )
+
+
+def comparison_owed(row: Round) -> bool:
+    """Whether the round's deferred comparison is still to be trained and evaluated (its ``arms_eval``
+    unit exists and is not done: neither measured nor given up)."""
+    return (
+        WorkClaim.objects.filter(round=row, kind=WorkClaim.Kind.ARMS_EVAL)
+        .exclude(status=WorkClaim.Status.DONE)
+        .exists()
+    )
 
 
 def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:
@@ -175,7 +223,9 @@ def _lineage_config(row: Round, config: LoopConfig) -> LoopConfig:
     return replace(config, train=replace(config.train, top_layers=layers))
 
 
-def _train(row: Round, arm: str, k: int) -> AdapterVersion:
+def _train(row: Round, arm: str, k: int, *, on_path: bool = True) -> AdapterVersion:
+    """One adapter; ``on_path=False`` (a deferred comparison adapter of a done round) moves neither the
+    round's training progress nor its rate, and its seconds are the cost step "comparison_training"."""
     config = _lineage_config(row, worker_config(row))
     pairs = read_plan(row)[f"{arm}:{k}"]
     ids = [int(p[0]) for p in pairs]
@@ -190,7 +240,7 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
 
     def progress(done: int, total: int) -> None:
         delta, last[0] = (done - last[0] if last[0] >= 0 else 0), done
-        if delta > 0:
+        if delta > 0 and on_path:
             Round.objects.filter(id=row.id).update(
                 train_steps_done=Least(F("train_steps_done") + delta, F("train_steps_total"))
             )
@@ -224,7 +274,9 @@ def _train(row: Round, arm: str, k: int) -> AdapterVersion:
         },
     )
     if created:
-        add_cost(round_id=row.id, step="training", seconds=trained.seconds, device=device_kind(), steps=trained.steps)
+        step = "training" if on_path else COMPARISON_TRAINING_COST
+        add_cost(round_id=row.id, step=step, seconds=trained.seconds, device=device_kind(), steps=trained.steps)
+    if created and on_path:
         _run_finished(row.id, seconds=time.perf_counter() - run_started, steps=trained.steps)
     return adapter
 

@@ -36,7 +36,8 @@ def _live_context(project: Project, **extra: object) -> dict[str, object]:
     return {
         "project": project,
         "rounds": round_views(rounds=rounds, min_test=test_set.required),
-        "active": rounds_sel.any_round_active(project=project),
+        # polled while a round is active, or a done round's comparison arms train after it
+        "active": rounds_sel.any_round_active(project=project) or rounds_sel.comparison_running(project=project),
         "test_set": test_set,
         "withheld": withheld,
         "curve_uri": None if withheld else rounds_sel.learning_curve_data_uri(project=project),

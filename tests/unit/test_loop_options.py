@@ -33,6 +33,16 @@ def test_the_cpu_profile_trains_the_comparison_arms_every_fifth_round() -> None:
         parse_loop_options({"arms_every": 0})
 
 
+def test_the_cpu_profile_trains_the_comparison_arms_after_the_round_and_the_gpu_profile_in_it() -> None:
+    """Issue 32, problem 5: an arms round took 95-107 s on the 2-core machine, 68 s of it the arms."""
+    assert parse_loop_options({}).arms_timing == "deferred"
+    assert parse_loop_options({"profile": "gpu"}).arms_timing == "in_round"
+    assert parse_loop_options({"arms_timing": "in_round"}).arms_timing == "in_round"
+    assert parse_loop_options({"profile": "gpu", "arms_timing": "deferred"}).arms_timing == "deferred"
+    with pytest.raises(ValueError, match="arms_timing must be one of"):
+        parse_loop_options({"arms_timing": "later"})
+
+
 def test_an_unknown_option_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown loop options \['n_shard'\] \(known: \['arms'"):
         parse_loop_options({"n_shard": 2})
