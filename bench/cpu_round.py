@@ -15,6 +15,12 @@ one, with the default batch: score the candidates, select, (the oracle labels th
 train on ``labels`` labels, evaluate. Every step runs in this process (the synchronous driver,
 ``round_run_sync``), as the one CPU worker would run it.
 
+An arms round (``--loop-options '{"arms_every": 2}'``) trains and evaluates the comparison adapters
+after the round with the CPU profile's ``arms_timing`` "deferred" (a worker does so while the next batch
+is labelled): the round's time is its critical path (score, select, train and evaluate the prod
+adapters), and the deferred arms are timed apart, after it (``round_compare_sync``): ``arms_deferred``
+in the raw output. With ``"arms_timing": "in_round"`` the round trains and evaluates them itself, as before.
+
 Prints a table (phase, seconds) and writes the raw numbers with the git commit and the options to
 OUT/cpu-round-<commit>.json. Runs in a throwaway VAR_DIR with its own SQLite database.
 """
@@ -68,16 +74,37 @@ def run_until_labeling(round_id: int, phases: list[tuple[int, str, float]]) -> A
 
 
 def run_to_done(round_id: int, phases: list[tuple[int, str, float]]) -> Any:
+    """The round's own steps after labelling; deferred comparison arms are left for ``run_arms``."""
     from annotate.services import rounds
 
     row = None
     for until, phase in AFTER_LABELING:
         t0 = time.perf_counter()
-        row = rounds.round_run_sync(round_id=round_id, until=(until, "done", "failed"))
+        row = rounds.round_run_sync(round_id=round_id, until=(until, "done", "failed"), comparison=False)
         phases.append((row.number, phase, time.perf_counter() - t0))
     if row is None or row.status != "done":
         raise SystemExit(f"round {round_id} did not finish: {row and row.status} {row and row.failure_reason}")
     return row
+
+
+def run_arms(round_id: int) -> dict[str, Any]:
+    """The round's deferred comparison arms (train, then evaluate on the test set), timed; empty when it
+    has none (not an arms round, or arms_timing "in_round")."""
+    from annotate.models import Round
+    from annotate.services import rounds
+
+    if not Round.objects.filter(id=round_id, claims__kind="arms_eval").exists():
+        return {}
+    t0 = time.perf_counter()
+    row = rounds.round_compare_sync(round_id=round_id)
+    steps = (row.cost or {}).get("steps", {})
+    return {
+        "seconds": round(time.perf_counter() - t0, 2),
+        "train_seconds": (steps.get("comparison_training") or {}).get("seconds"),
+        "train_steps": (steps.get("comparison_training") or {}).get("steps"),
+        "evaluate_seconds": (steps.get("comparison_evaluating") or {}).get("seconds"),
+        "state": (row.metrics or {}).get("comparison"),
+    }
 
 
 def main() -> None:
@@ -140,6 +167,8 @@ def main() -> None:
     second = run_to_done(second.id, phases)
     machine = machine_before + time.perf_counter() - t_train
     timed = [(phase, s) for number, phase, s in phases if number == second.number]
+    arms_deferred = run_arms(second.id)  # after the round: a worker trains them while the next batch is labelled
+    second.refresh_from_db()
     metrics = second.metrics or {}
     opts = loop_options()
     result = {
@@ -154,7 +183,11 @@ def main() -> None:
         "labels": metrics.get("labels"),
         "batch_labelled": n,
         "phases_round_2": {phase: round(s, 2) for phase, s in timed},
+        # the round's critical path: score, select, train and evaluate (the prod adapters, and the comparison
+        # arms too with arms_timing "in_round")
         "round_seconds": round(machine, 2),
+        "arms_timing": opts.arms_timing,
+        "arms_deferred": arms_deferred,  # the deferred arms after the round: seconds, train / evaluate split
         "test_accuracy": metrics.get("accuracy"),
         # the comparison arms of an arms round: each arm's test accuracy and the paired gain sentence
         "arms": {arm: (v or {}).get("accuracy") for arm, v in (metrics.get("arms") or {}).items()},
@@ -177,10 +210,17 @@ def main() -> None:
     for phase, s in timed:
         print(f"| {phase} | {s:.1f} |")
     print(f"| **round (all but labelling)** | **{machine:.1f}** |")
+    if arms_deferred:
+        print(
+            f"| comparison arms after the round: train | {arms_deferred['train_seconds'] or 0:.1f} |\n"
+            f"| comparison arms after the round: evaluate | {arms_deferred['evaluate_seconds'] or 0:.1f} |\n"
+            f"| comparison arms after the round (wall) | {arms_deferred['seconds']:.1f} |"
+        )
     print(f"test accuracy {metrics.get('accuracy', float('nan')):.3f} on {metrics.get('test_n')} items; raw: {path}")
     if result["arms"]:
         arms = ", ".join(f"{arm} {acc:.3f}" for arm, acc in result["arms"].items() if acc is not None)
-        print(f"arms ({second.train_steps_total} training steps in all): {arms}; {result['arms_gain']}")
+        steps = second.train_steps_total + int(arms_deferred.get("train_steps") or 0)
+        print(f"arms ({steps} training steps in all): {arms}; {result['arms_gain']}")
 
 
 if __name__ == "__main__":
