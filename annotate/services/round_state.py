@@ -47,6 +47,10 @@ def round_fail(*, round_id: int, reason: str) -> bool:
     moved = Round.objects.filter(id=round_id, status__in=Round.ACTIVE_STATUSES).update(
         status=S.FAILED, failure_reason=reason[:MAX_REASON], finished_at=timezone.now(), updated_at=timezone.now()
     )
+    if moved:  # a failed round owes no comparison (its arms are trained after a done round only)
+        WorkClaim.objects.filter(round_id=round_id, kind=WorkClaim.Kind.ARMS_EVAL).exclude(
+            status=WorkStatus.DONE
+        ).update(status=WorkStatus.DONE, error="the round failed")
     return moved == 1
 
 

@@ -310,9 +310,8 @@ def _units(row: Round) -> list[tuple[Work, QuerySet[Any]]]:
         if any(rows.exclude(status=jobs.S.DONE).exists() for _, rows in shards):
             return shards
         return [(Work("annotate.gpu.round_evaluate", (rid,)), jobs.work_rows(rid, K.EVALUATE))]
-    if row.status in (S.DONE, S.FAILED):
-        finish = [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
-        return finish + (comparison_units(row) if comparison_due(row) else [])
+    if row.status in (S.DONE, S.FAILED):  # a done round's deferred comparison: _send_comparisons
+        return [(Work("annotate.round_finished", (rid,)), jobs.work_rows(rid, K.FINISH))]
     return []  # labeling waits for people
 
 
@@ -381,8 +380,8 @@ def round_advance(
     if row.status in (S.DONE, S.FAILED):
         _open_for_waiting(row.project)
     sent = _send(row, missing_work(row, check_running=resend or dispatch is not None), dispatch, resend, since)
-    if dispatch is None and not resend and row.status not in PATH_STATUSES:
-        sent += _send_comparisons(row)
+    if dispatch is None:  # the synchronous driver runs a comparison itself (_compare_here)
+        sent += _send_comparisons(row, resend=resend, since=since)
     return sent
 
 
@@ -405,17 +404,19 @@ def _send(
     return sent
 
 
-def _send_comparisons(row: Round) -> list[Work]:
-    """Once ``row`` leaves the path people wait on (its batch is out, or it ended), the deferred
-    comparisons of the project's other done rounds that are due now."""
+def _send_comparisons(row: Round, *, resend: bool, since: datetime | None) -> list[Work]:
+    """Once ``row`` is off the path people wait on (its batch is out, or it ended), the deferred
+    comparisons of the project's done rounds (``row`` too) that are due now, as ``round_advance`` sends."""
+    if row.status in PATH_STATUSES:
+        return []
     owed = WorkClaim.objects.filter(kind=K.ARMS_EVAL, round__project_id=row.project_id).exclude(
         status=WorkClaim.Status.DONE
     )
     sent: list[Work] = []
-    for other in Round.objects.filter(id__in=owed.values("round_id")).exclude(id=row.id).order_by("number"):
+    for other in Round.objects.filter(id__in=owed.values("round_id")).order_by("number"):
         if comparison_due(other) and not driven(other):
-            units = [(w, r) for w, r in comparison_units(other) if jobs.needs_worker(r, check_running=False).exists()]
-            sent += _send(other, units, None, False, None)
+            units = [(w, r) for w, r in comparison_units(other) if jobs.needs_worker(r, check_running=resend).exists()]
+            sent += _send(other, units, None, resend, since)
     return sent
 
 
