@@ -186,3 +186,27 @@ def test_the_workers_train_the_arms_while_the_next_batch_is_labelled_once_and_re
         # The curve gets the arms' points: in the round's metrics and on the page's curve.
         assert {p["arm"] for p in second.metrics["points"] if p["round"] == 2} == {"prod", "active", "random"}
         assert round_status(third.id) == "labeling"
+
+
+@pytest.mark.django_db
+def test_a_failed_round_owes_no_comparison_and_the_resume_stops_looking_at_it(
+    shared_data: Path, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from annotate.services import jobs
+    from annotate.services.round_state import round_fail
+
+    use_loop_options(monkeypatch, settings, TEST_OPTIONS)
+    (tmp_path / "work").mkdir()
+    project = trec_project(shared_data, tmp_path / "work", model_dir=tiny_llama_dir)
+    row = round_request_start(project=project, user=None, run_here=True)
+    owed = jobs.work_rows(row.id, WorkClaim.Kind.ARMS_EVAL)  # as a deferred-arms training plan leaves it
+    assert owed.get().status != "done"
+
+    assert round_fail(round_id=row.id, reason="the pool file vanished")
+    claim = owed.get()
+    assert claim.status == "done" and claim.error == "the round failed"
+    assert not round_fail(round_id=row.id, reason="again")  # idempotent: nothing moves twice
+    sent: list[Any] = []
+    monkeypatch.setattr(rounds, "enqueue", sent.append)
+    rounds.rounds_resume_all()
+    assert sent == []  # a failed round whose finish is done and that owes no comparison: nothing to resume
