@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from django.db import transaction
+from django.db.models import Case, CharField, Value, When
 
 from annotate import steppoints
 from annotate.loopconfig import round_config
@@ -31,6 +32,8 @@ from scoring.acquisition import committee_distribution
 from training import ensemble
 
 PREDICTION_CHUNK = 2000
+REVIEW_CHUNK = 500  # items a review-bucket UPDATE moves (SQLite binds at most 32,766 parameters)
+OFF_LABEL_SET = "the model answers off the label set"
 
 
 def round_select(*, round_id: int) -> Round:
@@ -115,6 +118,10 @@ def predictions_upsert(
     """One Prediction per (item, prompt, adapter set) — the predictor's distribution ``probs`` and its
     fingerprint ``model_version`` (training/predictor.py); a rerun updates the same rows."""
     label_ids = list(loop_sel.label_index(project=round.project))
+    top = np.argmax(probs, axis=1)
+    # Rounded (5 decimals: short JSON) and made Python floats in two C calls instead of a numpy scalar and
+    # a round() per probability (2.3 M for CLINC150's pool: 1.3 s of a 4.9 s upsert on the 2-core machine).
+    values = np.round(np.asarray(probs, dtype=np.float64), 5).tolist()
     rows = [
         Prediction(
             item_id=int(item_id),
@@ -122,8 +129,8 @@ def predictions_upsert(
             prompt_hash=prompt_hash,
             adapter_set_hash=adapter_set_hash,
             model_version=model_version,
-            label_id=label_ids[int(np.argmax(probs[i]))],
-            probs=[round_(x) for x in probs[i]],
+            label_id=label_ids[int(top[i])],
+            probs=values[i],
             mass=float(mass_mean[i]),
             uncertainty=None if uncertainty is None else float(uncertainty[i]),
         )
@@ -139,17 +146,21 @@ def predictions_upsert(
     return len(rows)
 
 
-def round_(x: float) -> float:
-    return round(float(x), 5)
-
-
 def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold: float) -> int:
-    """Low-label-mass pool items go to the leads' review bucket (never selected until returned)."""
+    """Low-label-mass pool items go to the leads' review bucket (never selected until returned): one
+    conditional UPDATE a chunk (each item's reason names its mass), so an item labelled meanwhile stays."""
     moved = 0
-    for item_id in item_ids:
-        moved += Item.objects.filter(id=item_id, state=Item.State.POOL, final_label__isnull=True).update(
-            state=Item.State.REVIEW,
-            review_reason=f"label mass {mass[item_id]:.3f} under {threshold:g}: the model answers off the label set",
+    for start in range(0, len(item_ids), REVIEW_CHUNK):
+        chunk = item_ids[start : start + REVIEW_CHUNK]
+        reason = Case(
+            *(
+                When(id=item_id, then=Value(f"label mass {mass[item_id]:.3f} under {threshold:g}: {OFF_LABEL_SET}"))
+                for item_id in chunk
+            ),
+            output_field=CharField(),
+        )
+        moved += Item.objects.filter(id__in=chunk, state=Item.State.POOL, final_label__isnull=True).update(
+            state=Item.State.REVIEW, review_reason=reason
         )
     return moved
 

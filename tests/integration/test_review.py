@@ -211,3 +211,25 @@ def test_agreement_page_shows_the_numbers_and_the_chosen_pair(rated: Project, pe
         url, {"a": people["bob"].pk, "b": people["carol"].pk, "partial": "confusion"}, headers={"HX-Request": "true"}
     ).content.decode()
     assert partial.lstrip().startswith('<div id="confusion">') and "bob (rows) vs carol (columns)" in partial
+
+
+def test_low_mass_items_go_to_the_review_bucket_in_chunks_each_with_its_own_mass(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from annotate.services import selection
+
+    monkeypatch.setattr(selection, "REVIEW_CHUNK", 2)  # five items: three UPDATEs
+    items = [item(project, f"m{i}") for i in range(5)]
+    items[3].final_label = label(project, "sports")  # labelled meanwhile: stays where it is
+    items[3].save(update_fields=["final_label"])
+    mass = {it.id: 0.01 * (i + 1) for i, it in enumerate(items)}
+    moved = selection.review_bucket_move(item_ids=list(mass), mass=mass, threshold=0.05)
+    assert moved == 4
+    rows = {it.external_id: it for it in Item.objects.filter(project=project)}
+    assert rows["m3"].state == Item.State.POOL and rows["m3"].review_reason == ""
+    for i in (0, 1, 2, 4):
+        assert rows[f"m{i}"].state == Item.State.REVIEW
+        assert rows[f"m{i}"].review_reason == (
+            f"label mass {0.01 * (i + 1):.3f} under 0.05: the model answers off the label set"
+        )
+    assert selection.review_bucket_move(item_ids=list(mass), mass=mass, threshold=0.05) == 0  # a replay moves none
