@@ -106,7 +106,7 @@
 #   (one engine on CLINC150 is host-bound at ~1,000 requests/s with the GPU 3-5 % busy: eight engines, not four),
 #   with "parallel_start": true in GPU_LOOP's engine_options (after the first engine, the other seven start side by
 #   side with a fixed KV cache instead of taking ~30 s turns each: the report's start table says "no turn").
-# Session 29 (2026-12-07): no sitting: ten refused starts (H100 and H200, 90 s each, ~1,170 s) left too little for
+# Session 29 (2026-12-07): no sitting: eleven refused starts (H100 and H200, 90 s each, ~1,280 s) left too little for
 #   one; the plan above is still the next one (packed and staged as in session 28: .gparts/ + .gstage/env.sh).
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
