@@ -525,9 +525,15 @@ def _points(row: Round, metrics: dict[str, Any], labels_used: int) -> list[dict[
         points.extend(p for p in (earlier.metrics or {}).get("points", []) if p.get("round") == earlier.number)
     if "accuracy" in metrics:
         points.append({"round": row.number, "arm": "prod", "labels": labels_used, "accuracy": metrics["accuracy"]})
-    for arm, values in metrics.get("arms", {}).items():
-        points.append({"round": row.number, "arm": arm, "labels": values["labels"], "accuracy": values["accuracy"]})
-    return points
+    return points + _arm_points(row, metrics)
+
+
+def _arm_points(row: Round, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The round's active / random learning-curve points from its measured ``metrics["arms"]``."""
+    return [
+        {"round": row.number, "arm": arm, "labels": values["labels"], "accuracy": values["accuracy"]}
+        for arm, values in metrics.get("arms", {}).items()
+    ]
 
 
 def _cost(row: Round, metrics: dict[str, Any], labels_used: int) -> dict[str, Any]:
@@ -649,9 +655,7 @@ def _evaluate_comparison(row: Round) -> None:
                 else ((row.metrics or {})["prod"], None)
             )
         measured = _comparison_metrics(row, scores, y)
-    points = list((row.metrics or {}).get("points", []))
-    for arm, values in measured.get("arms", {}).items():
-        points.append({"round": row.number, "arm": arm, "labels": values["labels"], "accuracy": values["accuracy"]})
+    points = list((row.metrics or {}).get("points", [])) + _arm_points(row, measured)
     measured |= {"points": points, **_curve(row, points, measured.get("gain_text"))}
     seconds = time.perf_counter() - started
     add_cost(round_id=row.id, step=COMPARISON_EVALUATING_COST, seconds=seconds, device=device_kind())
