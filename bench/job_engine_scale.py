@@ -27,7 +27,7 @@ holds a connection only around its DB calls: ``--db-slots`` flock'ed slots (a ke
 killed holder dies) play a connection pooler's part, and the connection is closed while the stand-in
 "scores". Waiting for a slot is reported apart from the DB time.
 
-Prints one table (shards total, done, lost, done twice, kills, takeovers, claim overhead, shards/s) and
+Prints one table (shards total, done, lost, given up, done twice, kills, takeovers, claim overhead, shards/s) and
 writes the raw numbers with the git commit and the options to bench/raw/<today>/job-engine-scale-<commit>.json.
 """
 
@@ -77,7 +77,10 @@ class Outcome:
     workers: int
     shards: int
     done: int = 0
-    lost: int = 0  # no result written (when timed_out: not finished in time, not necessarily lost)
+    lost: int = 0  # no result written and not given up (when timed_out: not finished in time, not necessarily lost)
+    # done without a result after more than MAX_SHARD_ATTEMPTS claims: the app's _give_up (its workers died each
+    # time), whose items become dead letters in the real path (here _shard_items has none): accounted, not lost
+    given_up: int = 0
     timed_out: bool = False
     spawn_s: float = 0.0  # forking the workers, before the run is made
     done_twice: int = 0
@@ -413,7 +416,13 @@ def _account(outcome: Outcome, run_id: int, client: Any) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT shard, COUNT(*) FROM {RESULT_TABLE} WHERE run_id = %s GROUP BY shard", [run_id])
         writes = dict(cursor.fetchall())
-    outcome.lost = sum(1 for s in range(outcome.shards) if s not in writes)
+    from annotate.services.autolabel import MAX_SHARD_ATTEMPTS
+
+    gave_up = set(
+        shards.filter(status="done", attempts__gt=MAX_SHARD_ATTEMPTS).values_list("shard", flat=True)
+    ) - set(writes)
+    outcome.given_up = len(gave_up)
+    outcome.lost = sum(1 for s in range(outcome.shards) if s not in writes and s not in gave_up)
     outcome.done_twice = sum(1 for n in writes.values() if n > 1)
     outcome.takeovers = int(shards.filter(attempts__gt=1).aggregate(n=Sum(F("attempts") - 1))["n"] or 0)
     for raw in client.lrange(STATS, 0, -1):
@@ -575,13 +584,13 @@ def git_commit() -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| workers | shards | done | lost | done twice | kills | takeovers | refused claims | max queue "
+        "| workers | shards | done | lost | given up | done twice | kills | takeovers | refused claims | max queue "
         "| claim+finish ms mean / p95 | of it connect / execute ms | queries | slot wait ms mean / p95 | shards/s |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
-            f"| {r['workers']} | {r['shards']} | {r['done']} | {r['lost']} | {r['done_twice']} | {r['kills']} "
+            f"| {r['workers']} | {r['shards']} | {r['done']} | {r['lost']} | {r.get('given_up', 0)} | {r['done_twice']} | {r['kills']} "
             f"| {r['takeovers']} | {r['refused_claims']} | {r['max_queue']} | {r['db_ms_mean']} / {r['db_ms_p95']} "
             f"| {r['connect_ms_mean']} / {r['execute_ms_mean']} | {r['queries_mean']} "
             f"| {r['slot_wait_ms_mean']} / {r['slot_wait_ms_p95']} | {r['shards_per_s']} |"
