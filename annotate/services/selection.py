@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from django.db import transaction
-from django.db.models import Case, CharField, Value, When
+from django.db import connection, transaction
+from django.db.models import Case, CharField, Field, Value, When
+from django.db.models.constants import OnConflict
+from django.utils import timezone
 
 from annotate import steppoints
 from annotate.loopconfig import round_config
@@ -31,7 +33,14 @@ from scoring import pipeline, portfolio, strategies
 from scoring.acquisition import committee_distribution
 from training import ensemble
 
-PREDICTION_CHUNK = 2000
+PREDICTION_CHUNK = 2000  # rows an upsert transaction writes
+# A Prediction row's columns in the upsert's order, the ones a rerun updates, and its unique key.
+PREDICTION_COLUMNS = (
+    "item", "round", "prompt_hash", "adapter_set_hash", "model_version", "label", "probs", "mass", "uncertainty",
+    "created_at",
+)  # fmt: skip
+PREDICTION_UPDATED = ("round", "model_version", "label", "probs", "mass", "uncertainty")
+PREDICTION_KEY = ("item", "prompt_hash", "adapter_set_hash")
 REVIEW_CHUNK = 500  # items a review-bucket UPDATE moves (SQLite binds at most 32,766 parameters)
 OFF_LABEL_SET = "the model answers off the label set"
 
@@ -117,33 +126,53 @@ def predictions_upsert(
 ) -> int:
     """One Prediction per (item, prompt, adapter set) — the predictor's distribution ``probs`` and its
     fingerprint ``model_version`` (training/predictor.py); a rerun updates the same rows."""
-    label_ids = list(loop_sel.label_index(project=round.project))
-    top = np.argmax(probs, axis=1)
+    label_ids = np.asarray(list(loop_sel.label_index(project=round.project)), dtype=np.int64)
     # Rounded (5 decimals: short JSON) and made Python floats in two C calls instead of a numpy scalar and
     # a round() per probability (2.3 M for CLINC150's pool: 1.3 s of a 4.9 s upsert on the 2-core machine).
     values = np.round(np.asarray(probs, dtype=np.float64), 5).tolist()
+    probs_field = _prediction_field("probs")
+    created = _prediction_field("created_at").get_db_prep_save(timezone.now(), connection)
     rows = [
-        Prediction(
-            item_id=int(item_id),
-            round=round,
-            prompt_hash=prompt_hash,
-            adapter_set_hash=adapter_set_hash,
-            model_version=model_version,
-            label_id=label_ids[int(top[i])],
-            probs=values[i],
-            mass=float(mass_mean[i]),
-            uncertainty=None if uncertainty is None else float(uncertainty[i]),
+        (item_id, round.id, prompt_hash, adapter_set_hash, model_version, label_id)
+        + (probs_field.get_db_prep_save(dist, connection), mass, u, created)
+        for item_id, label_id, dist, mass, u in zip(
+            np.asarray(item_ids, dtype=np.int64).tolist(),
+            label_ids[np.argmax(probs, axis=1)].tolist(),
+            values,
+            np.asarray(mass_mean, dtype=np.float64).tolist(),
+            [None] * len(values) if uncertainty is None else np.asarray(uncertainty, dtype=np.float64).tolist(),
+            strict=True,
         )
-        for i, item_id in enumerate(item_ids)
     ]
+    sql = _prediction_upsert_sql()
     for start in range(0, len(rows), PREDICTION_CHUNK):
-        Prediction.objects.bulk_create(
-            rows[start : start + PREDICTION_CHUNK],
-            update_conflicts=True,
-            unique_fields=["item", "prompt_hash", "adapter_set_hash"],
-            update_fields=["round", "model_version", "label", "probs", "mass", "uncertainty"],
-        )
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.executemany(sql, rows[start : start + PREDICTION_CHUNK])
     return len(rows)
+
+
+def _prediction_upsert_sql() -> str:
+    """The INSERT … ON CONFLICT DO UPDATE that ``bulk_create(update_conflicts=True)`` sends, written once
+    for executemany: the ORM's per-row model instance and per-field preparation (ten fields of every
+    row) took 2–3 s of a CLINC150 round's upsert (bench/select_round_cost.py) for what is plain values."""
+    fields = [_prediction_field(name) for name in PREDICTION_COLUMNS]
+    quote = connection.ops.quote_name
+    conflict = connection.ops.on_conflict_suffix_sql(
+        fields,
+        OnConflict.UPDATE,
+        [_prediction_field(name).column for name in PREDICTION_UPDATED],
+        [_prediction_field(name).column for name in PREDICTION_KEY],
+    )
+    return (
+        f"INSERT INTO {quote(Prediction._meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
+        f" VALUES ({', '.join(['%s'] * len(fields))}) {conflict}"
+    )
+
+
+def _prediction_field(name: str) -> Field[Any, Any]:
+    field = Prediction._meta.get_field(name)
+    assert isinstance(field, Field)  # concrete columns, never a reverse relation
+    return field
 
 
 def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold: float) -> int:
@@ -165,9 +194,15 @@ def review_bucket_move(*, item_ids: list[int], mass: dict[int, float], threshold
     return moved
 
 
-def _texts(ids: np.ndarray) -> tuple[list[str], list[str]]:
-    rows = item_texts(ids.tolist())
-    return [rows[int(i)][0] for i in ids], [rows[int(i)][1] for i in ids]
+def _texts(ids: np.ndarray, known: dict[int, tuple[str, str]] | None = None) -> tuple[list[str], list[str]]:
+    """Texts and text hashes of ``ids``, in order. ``known``: the (text, hash) read so far by id, added to
+    here, so one selection reads each item once (its predictor's and its strategy's inputs overlap)."""
+    rows = {} if known is None else known
+    order = ids.tolist()
+    missing = [i for i in order if i not in rows]
+    if missing:
+        rows.update(item_texts(missing))
+    return [rows[i][0] for i in order], [rows[i][1] for i in order]
 
 
 @dataclass(frozen=True)
@@ -215,8 +250,9 @@ def choose_batch(*, round: Round) -> ChosenBatch:
         return ChosenBatch([], "no eligible item")
     metrics: dict[str, Any] = {}
     scored = u = mean_p = None
+    texts: dict[int, tuple[str, str]] = {}
     if chooser.needs_scores:
-        scored = _scored(round, config)
+        scored = _scored(round, config, texts)
         keep = ~scored.signals.review & np.isin(scored.ids, ids)
         ids, u, mean_p = scored.ids[keep], scored.signals.uncertainty[keep], scored.signals.mean_p[keep]
         metrics["eligible_scored"] = len(ids)
@@ -224,7 +260,7 @@ def choose_batch(*, round: Round) -> ChosenBatch:
             return ChosenBatch([], "no scored candidate was eligible", metrics, scored)
     if chooser.cold and chooser.needs_embeddings:
         ids = _cold_sample(ids, round.seed)
-    inputs, split = _inputs(round, config, chooser, ids, u, mean_p, metrics)
+    inputs, split = _inputs(round, config, chooser, ids, u, mean_p, metrics, texts)
     choice = chooser.choose(inputs, b=config.selection.batch_size, rng=pipeline.step_rng(round.seed, "select"))
     if split is not None:
         picks: dict[str, list[int]] = {}
@@ -246,9 +282,11 @@ def _inputs(
     u: np.ndarray | None,
     mean_p: np.ndarray | None,
     metrics: dict[str, Any],
+    texts: dict[int, tuple[str, str]],
 ) -> tuple[strategies.Inputs, portfolio.Split | None]:
     """The strategy's declared inputs over the eligible ``ids`` (the committee's mode added to
-    ``metrics`` when it follows the blend), and the portfolio's split when it reads one."""
+    ``metrics`` when it follows the blend), and the portfolio's split when it reads one. ``texts``: the
+    items' (text, hash) read so far (_texts)."""
     sel = config.selection
     base = strategies.Inputs(
         n=len(ids), uncertainty=u, random_share=sel.random_share, oversample=sel.oversample, beta=sel.softrank_beta
@@ -256,7 +294,7 @@ def _inputs(
     if not chooser.needs_embeddings:
         return base, None
     labeled = loop_sel.labeled_items(project=row.project)
-    emb = embeddings(*_texts(ids))
+    emb = embeddings(*_texts(ids, texts))
     if chooser.cold:  # a cold round only needs where the labels lie: a sample of thousands of imported ones
         seen = _cold_sample(np.arange(len(labeled.texts)), row.seed, "cold-labeled")
         labeled_emb = embeddings([labeled.texts[i] for i in seen], [labeled.hashes[i] for i in seen])
@@ -389,10 +427,10 @@ def _committee_weight(row: Round) -> float | None:
     return float(weight)
 
 
-def _scored(row: Round, config: ensemble.LoopConfig) -> Scored:
+def _scored(row: Round, config: ensemble.LoopConfig, texts: dict[int, tuple[str, str]]) -> Scored:
     """The full-ensemble rows of the round's shards, their signals and the predictor's distributions
     (the adapters that scored them, as their round's evaluation blended them); refused (fail closed)
-    unless scored with the current adapter set."""
+    unless scored with the current adapter set. ``texts``: the items' (text, hash) read so far (_texts)."""
     from scoring.cache import require_current
 
     require_current(row.adapter_set_hash, loop_sel.prod_set_hash(project=row.project, before_number=row.number))
@@ -402,8 +440,8 @@ def _scored(row: Round, config: ensemble.LoopConfig) -> Scored:
     previous = loop_sel.prod_adapters(project=row.project, before_number=row.number)
     source = previous[0].round if previous else None
     predictor = round_predictor(source, prompt_hash=row.prompt_hash, n_classes=p.shape[-1])
-    texts, hashes = _texts(ids) if predictor.predictor.needs_proxy else ([], [])  # the proxy's input only
-    probs = predictor.probabilities(p, texts, hashes)
+    proxy_texts, hashes = _texts(ids, texts) if predictor.predictor.needs_proxy else ([], [])  # the proxy's input
+    probs = predictor.probabilities(p, proxy_texts, hashes)
     return Scored(
         ids, pipeline.signals(p, mass, config.selection), config.selection.mass_threshold, probs, predictor.fingerprint
     )
