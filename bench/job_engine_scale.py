@@ -418,9 +418,8 @@ def _account(outcome: Outcome, run_id: int, client: Any) -> None:
         writes = dict(cursor.fetchall())
     from annotate.services.autolabel import MAX_SHARD_ATTEMPTS
 
-    gave_up = set(
-        shards.filter(status="done", attempts__gt=MAX_SHARD_ATTEMPTS).values_list("shard", flat=True)
-    ) - set(writes)
+    exhausted = shards.filter(status="done", attempts__gt=MAX_SHARD_ATTEMPTS)
+    gave_up = set(exhausted.values_list("shard", flat=True)) - set(writes)
     outcome.given_up = len(gave_up)
     outcome.lost = sum(1 for s in range(outcome.shards) if s not in writes and s not in gave_up)
     outcome.done_twice = sum(1 for n in writes.values() if n > 1)
@@ -590,7 +589,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
-            f"| {r['workers']} | {r['shards']} | {r['done']} | {r['lost']} | {r.get('given_up', 0)} | {r['done_twice']} | {r['kills']} "
+            f"| {r['workers']} | {r['shards']} | {r['done']} | {r['lost']} | {r.get('given_up', 0)} "
+            f"| {r['done_twice']} | {r['kills']} "
             f"| {r['takeovers']} | {r['refused_claims']} | {r['max_queue']} | {r['db_ms_mean']} / {r['db_ms_p95']} "
             f"| {r['connect_ms_mean']} / {r['execute_ms_mean']} | {r['queries_mean']} "
             f"| {r['slot_wait_ms_mean']} / {r['slot_wait_ms_p95']} | {r['shards_per_s']} |"
