@@ -108,13 +108,18 @@
 #   side with a fixed KV cache instead of taking ~30 s turns each: the report's start table says "no turn").
 # Session 29 (2026-12-07): no sitting: eleven refused starts (H100 and H200, 90 s each, ~1,280 s) left too little for
 #   one; the plan above is still the next one (packed and staged as in session 28: .gparts/ + .gstage/env.sh).
-# Session 30 (2026-12-07): the first try's budget went on ten refused starts; the next had ~600 s, too little for a
-#   run to reach a scored CLINC150 round. A sitting of parity alone instead (issue 35 point 3: the float16 pair on
-#   CLINC150, never measured): K=4 adapters trained here on the CPU as the GPU profile trains them (bench/engine_parity.py
-#   train --data <clinc150>/train.csv --n 500 --k 4 --out ADAPTERS), packed without Django, servers or MiniLM:
+# Session 30 (2026-12-07): no sitting. One try's budget went on ten refused starts; the last try had 780 s, too little
+#   for a run to reach a scored CLINC150 round, packed a sitting of parity alone instead (issue 35 point 3: the float16
+#   pair on CLINC150, never measured on the GPU), and four more refused starts left 329 s: not run. How to (~430 s of
+#   device time after the machine's start; on the CPU first, ~23 min: K=4 adapters trained as the GPU profile trains
+#   them, bench/engine_parity.py train --data <clinc150>/train.csv --n 500 --k 4 --out ADAPTERS), packed without
+#   Django, servers or MiniLM:
 #     here:  PACK=parity PARITY_ADAPTERS_SRC=ADAPTERS SETS=clinc150 PART_BYTES=60000000 bash bench/gpu_deployed.sh pack
 #     there: per part `source .gstage/env.sh && bash bench/gpu_deployed.sh stage` (env.sh: NO_RUN=1 GIVEN=1 ...), the
-#            last call then `bash bench/gpu_deployed.sh parity` (GIVEN=1: the packed adapters, results in $OUT/parity)
+#            last call then `bash bench/gpu_deployed.sh parity` (GIVEN=1: the packed adapters, results in $OUT/parity;
+#            PARITY_VARIANTS=vllm-fp16,hf-fp16; tar $OUT/parity into one file: at most 8 files come back)
+#   With a whole budget (1,800 s), the next sitting is still session 29's plan above (CLINC150 to 1,000 labels, eight
+#   engines, parallel_start) with PARITY_VARIANTS=vllm-fp16,hf-fp16: the float16 pair on the run's own adapters.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
