@@ -121,7 +121,9 @@
 #            last call then `bash bench/gpu_deployed.sh parity` (GIVEN=1: the packed adapters, results in $OUT/parity;
 #            PARITY_VARIANTS=vllm-fp16,hf-fp16; tar $OUT/parity into one file: at most 8 files come back)
 #   With a whole budget (1,800 s), the next sitting is still session 29's plan above (CLINC150 to 1,000 labels, eight
-#   engines, parallel_start) with PARITY_VARIANTS=vllm-fp16,hf-fp16: the float16 pair on the run's own adapters.
+#   engines, parallel_start) with PARITY_VARIANTS=vllm-fp16,hf-fp16: the float16 pair on the run's own adapters; and
+#   "dtype": "float16" in LOOP's and GPU_LOOP's engine_options is worth a run of its own (the scoring dtype that met
+#   the parity bounds on CLINC150): if its rounds and requests/s match bfloat16's, make it the GPU profile's default.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
