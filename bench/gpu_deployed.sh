@@ -122,7 +122,7 @@
 #            PARITY_VARIANTS=vllm-fp16,hf-fp16; tar $OUT/parity into one file: at most 8 files come back)
 #   With a whole budget (1,800 s), the next sitting is still session 29's plan above (CLINC150 to 1,000 labels, eight
 #   engines, parallel_start) with PARITY_VARIANTS=vllm-fp16,hf-fp16: the float16 pair on the run's own adapters; and
-#   "dtype": "float16" in LOOP's and GPU_LOOP's engine_options is worth a run of its own (the scoring dtype that met
+#   "dtype": "float16" in GPU_LOOP's engine_options (not LOOP's: hf on a CPU is float32) is worth a run of its own (the scoring dtype that met
 #   the parity bounds on CLINC150): if its rounds and requests/s match bfloat16's, make it the GPU profile's default.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
