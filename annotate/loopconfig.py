@@ -235,6 +235,7 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     checked here, at start-up, rather than when a worker first builds the engine mid-round."""
     from scoring.engines.hf import packed_choice
     from scoring.engines.vllm import BLOCK_SIZES, CUDAGRAPH_MODES, PREFIX_HASH_ALGOS
+    from scoring.labels import MAX_LABELS
 
     options = dict(raw.get("engine_options", {}))
     if "packed_scoring" in options:
@@ -271,6 +272,12 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         value = options.get(switch)
         if value is not None and type(value) is not bool:
             raise ValueError(f"loop option engine_options: {switch} must be true or false, got {value!r}")
+    width = options.get("label_logprob_width")
+    if width is not None and not (type(width) is int and 1 <= width <= MAX_LABELS):
+        raise ValueError(
+            f"loop option engine_options: label_logprob_width must be a whole number within [1, {MAX_LABELS}],"
+            f" got {width!r}"
+        )
     invariant = options.get("batch_invariant")
     if invariant is not None and type(invariant) is not bool:
         raise ValueError(f"loop option engine_options: batch_invariant must be true or false, got {invariant!r}")
@@ -416,6 +423,7 @@ LOCAL_ENGINE_OPTIONS = frozenset(
         "prefix_caching_hash_algo",
         "engine_core_process",
         "parallel_start",
+        "label_logprob_width",
     }
 )
 

@@ -10,7 +10,10 @@ conversion, metrics) are unit-tested with fake objects shaped like vLLM's.
 vLLM reports at most ``VLLM_MAX_LABELS`` (128) requested logprobs per request; a larger label set
 (CLINC150's 151 intents) is asked for in chunks of label ids, one request per chunk for the same
 prompt and adapter. The values are full-vocabulary log-probabilities, so the chunks' columns join
-exactly, and the repeated prompt is a prefix-cache hit but for its last partial block.
+exactly, and the repeated prompt is a prefix-cache hit but for its last partial block. A host-bound
+engine (~1 ms of host time per CLINC150 request) pays for every chunk, so the engine option
+``label_logprob_width`` raises vLLM's cap instead (``widen_logprob_token_ids``: one request per item
+and adapter up to that many labels), checked against the chunked scores on the first call.
 
 In a standalone script, vLLM must start before the process does torch CPU work, with
 VLLM_WORKER_MULTIPROC_METHOD=spawn and the caller's work under ``if __name__ == "__main__":``
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scoring.engines.base import AdapterRef, ScoreResult, distribution_from_logprobs, validate_adapters
-from scoring.labels import VLLM_MAX_LABELS
+from scoring.labels import MAX_LABELS, VLLM_MAX_LABELS
 
 if TYPE_CHECKING:
     from scoring.prompts import PromptRenderer
@@ -49,6 +52,53 @@ LORA_DTYPES = ("bfloat16", "float16")  # what vLLM's LoRA kernels (lora_expand /
 PREFIX_HASH_ALGOS = frozenset({"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"})
 BLOCK_SIZES = (16, 32, 64, 128)
 WARMUP_TEXT = "."  # the item of the one request per adapter that puts the shared prefix in the cache (score())
+# label_logprob_width: at most MAX_LABELS (scoring.labels), the most labels a task may have
+WIDE_CHECK_ITEMS = 16  # items scored both ways (one wide request, label chunks) on an engine's first wide call
+WIDE_CHECK_MAX_DP = 1e-3  # the largest |Δp| between the two that keeps the wide requests on
+
+
+def widen_logprob_token_ids(width: int, modules: Sequence[Any] | None = None) -> int:
+    """Raise vLLM's cap on ``logprob_token_ids`` per request (0.26: ``MAX_LOGPROB_TOKEN_IDS`` = 128) to
+    ``width``, so that a label set of up to ``width`` labels is one request per item and adapter instead of
+    one per 128-label chunk. In vLLM 0.26 the cap is a module constant that only sizes the sampler's row of
+    requested ids per request slot ([max_num_reqs, cap] int32, vllm/v1/worker/gpu/sample/logprob.py) and is
+    checked twice (there and in SamplingParams); the fill kernel pads to the next power of two of the longest
+    request. Both modules bind it by name, so both are set, before the engine allocates that row (its
+    start); an engine core in another process would import vLLM afresh, so the core must be in this one.
+    ``modules``: the modules to set (tests); default vLLM's two. Returns the cap in force."""
+    if modules is None:
+        import vllm.sampling_params as params_module
+
+        found: list[Any] = [params_module]
+        try:
+            from vllm.v1.worker.gpu.sample import logprob as sampler_logprob
+        except ImportError:  # a vLLM without the V2 model runner: SamplingParams' check is the only one
+            pass
+        else:
+            found.append(sampler_logprob)
+        modules = found
+    for module in modules:
+        current = getattr(module, "MAX_LOGPROB_TOKEN_IDS", None)
+        if not isinstance(current, int):
+            raise RuntimeError(
+                f"engine option label_logprob_width: {getattr(module, '__name__', module)} has no "
+                "MAX_LOGPROB_TOKEN_IDS (a vLLM other than 0.26?): leave the option out"
+            )
+        module.MAX_LOGPROB_TOKEN_IDS = max(current, int(width))
+    return min(int(m.MAX_LOGPROB_TOKEN_IDS) for m in modules)
+
+
+def wide_check(wide: ScoreResult, chunked: ScoreResult) -> tuple[bool, float]:
+    """Whether the wide requests' scores match the chunked ones: the label distributions (float[K, N, C]) with
+    the same argmax everywhere, and both they and the label masses within WIDE_CHECK_MAX_DP; and the largest
+    difference of the two."""
+    if wide.p.shape != chunked.p.shape or wide.mass.shape != chunked.mass.shape:
+        return False, float("inf")
+    if wide.p.size == 0:
+        return True, 0.0
+    diff = max(float(np.nanmax(np.abs(wide.p - chunked.p))), float(np.nanmax(np.abs(wide.mass - chunked.mass))))
+    same = bool((wide.p.argmax(-1) == chunked.p.argmax(-1)).all())
+    return same and diff <= WIDE_CHECK_MAX_DP, diff
 
 
 def _compilation_config(capture_sizes: Sequence[int] | None, mode: str | None) -> dict[str, Any]:
@@ -306,6 +356,9 @@ def prefix_cache_counts(metrics: Iterable[Any]) -> tuple[float, float]:
 
 
 class VLLMEngine:
+    label_width: int = VLLM_MAX_LABELS  # the most label ids one request asks for (label_logprob_width)
+    wide_checked: tuple[bool, float] | None = (True, 0.0)  # None: a wide engine's first call checks it
+
     @staticmethod
     def preload(*, batch_invariant: bool = False, engine_core_process: bool = False) -> float:
         """Import vLLM (seconds it took): no GPU memory, so the caller does it before taking the GPU's
@@ -341,6 +394,7 @@ class VLLMEngine:
         prefix_caching_hash_algo: str | None = None,
         engine_core_process: bool = False,
         parallel_start: bool = False,
+        label_logprob_width: int | None = None,
     ) -> None:
         # parallel_start is read by scoring.engines.registry (the start lock's after_first): after this GPU's first
         # engine of the same configuration, later ones start side by side with a fixed KV cache; nothing here
@@ -358,7 +412,20 @@ class VLLMEngine:
             )
         if cudagraph_mode is not None and cudagraph_mode not in CUDAGRAPH_MODES:
             raise ValueError(f"cudagraph_mode must be one of {sorted(CUDAGRAPH_MODES)}, got {cudagraph_mode!r}")
+        wide = label_logprob_width is not None and label_logprob_width > VLLM_MAX_LABELS
+        if label_logprob_width is not None and not 1 <= label_logprob_width <= MAX_LABELS:
+            raise ValueError(f"label_logprob_width must be within [1, {MAX_LABELS}], got {label_logprob_width!r}")
+        if wide and not engine_core_process and "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # widen_logprob_token_ids: the core in this process
         self.in_process = engine_core_in_process(engine_core_process)  # before vLLM reads its environment
+        if wide and not self.in_process:
+            raise ValueError(
+                "engine option label_logprob_width above 128 needs vLLM's engine core in the worker's process"
+                " (engine_core_process false, VLLM_ENABLE_V1_MULTIPROCESSING unset or 0)"
+            )
+        # the most label ids one request asks for; a wide engine is checked against label chunks on its first call
+        self.label_width = widen_logprob_token_ids(int(label_logprob_width or 0)) if wide else VLLM_MAX_LABELS
+        self.wide_checked: tuple[bool, float] | None = None if wide else (True, 0.0)
         self.reaper: Any = None
         # scores that do not depend on how items are batched (a re-run shard equals the first run), at some speed
         self.batch_invariant = batch_invariance(batch_invariant)
@@ -426,9 +493,9 @@ class VLLMEngine:
         return llm
 
     def _sampling_params(self, label_ids: Sequence[int]) -> Any:
-        if len(label_ids) > VLLM_MAX_LABELS:
+        if len(label_ids) > self.label_width:
             raise ValueError(
-                f"{len(label_ids)} label ids in one request: vLLM returns at most {VLLM_MAX_LABELS}"
+                f"{len(label_ids)} label ids in one request: this engine asks for at most {self.label_width}"
                 " (score() asks in chunks)"
             )
         from vllm import SamplingParams
@@ -458,7 +525,9 @@ class VLLMEngine:
         batch = renderer.render(texts)
         t1 = time.perf_counter()
         prompts, loras = build_requests(renderer.prefix_ids, batch.suffix_ids, adapters, LoRARequest)
-        chunks = label_chunks(renderer.label_token_ids, VLLM_MAX_LABELS)
+        if self.wide_checked is None and len(renderer.label_token_ids) > VLLM_MAX_LABELS:
+            self._check_wide(renderer, texts[:WIDE_CHECK_ITEMS], adapters)
+        chunks = label_chunks(renderer.label_token_ids, self.label_width)
         per_chunk = [self._sampling_params(chunk) for chunk in chunks]
         # One label chunk (≤ 128 labels, the common case): one SamplingParams for every request, as
         # before; more: the requests repeat chunk-major, each with its chunk's (shared) params object.
@@ -495,6 +564,36 @@ class VLLMEngine:
         tokens = sum(len(renderer.prefix_ids) + len(s) for s in batch.suffix_ids)
         # computed_tokens stays 0 (unknown): vLLM's prefix cache decides; see prefix_cache_counts().
         return ScoreResult(p=p, mass=mass, truncated=batch.truncated, tokens=tokens)
+
+    def _check_wide(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> None:
+        """The first wide call: a few items scored both ways (one request of every label; 128-label chunks);
+        the engine keeps the wide requests only where both give the same distributions, else it goes back to
+        chunks for good (a vLLM whose sampler does not honour the raised cap)."""
+        wide = self.label_width
+        self.wide_checked = (False, float("inf"))  # score() below must not check again
+        try:
+            scored_wide = self.score(renderer, texts, adapters)
+            self.label_width = VLLM_MAX_LABELS
+            ok, dp = wide_check(scored_wide, self.score(renderer, texts, adapters))
+        except Exception:
+            logger.exception(
+                "label_logprob_width %d: the wide requests failed; asking in chunks of %d", wide, VLLM_MAX_LABELS
+            )
+            self.label_width = VLLM_MAX_LABELS
+            return
+        self.wide_checked = (ok, dp)
+        self.label_width = wide if ok else VLLM_MAX_LABELS
+        log = logger.info if ok else logger.error
+        log(
+            "label_logprob_width %d: %d items x %d adapters scored in one request and in chunks of %d: "
+            "max |dp| (distribution and label mass) %.2e, %s",
+            wide,
+            len(texts),
+            max(1, len(adapters)),
+            VLLM_MAX_LABELS,
+            dp,
+            "one request per item and adapter from now on" if ok else "they differ: asking in chunks from now on",
+        )
 
     def prefix_cache_counts(self) -> tuple[float, float]:
         return prefix_cache_counts(self.llm.get_metrics())

@@ -195,3 +195,16 @@ def test_parallel_start_is_a_workers_own_choice_given_as_true_or_false() -> None
     assert dict(opts.engine_options) == {"parallel_start": True}
     with pytest.raises(ValueError, match="parallel_start must be true or false"):
         parse_loop_options({"profile": "gpu", "engine_options": {"parallel_start": 1}})
+
+
+def test_the_label_logprob_width_is_a_workers_own_whole_number() -> None:
+    """How many label ids a vLLM request asks for (one wide request or 128-label chunks) changes no score (the
+    engine checks that on its first call): a worker's own option; bad values fail at start-up."""
+    from annotate.loopconfig import LOCAL_ENGINE_OPTIONS
+
+    assert "label_logprob_width" in LOCAL_ENGINE_OPTIONS
+    opts = parse_loop_options({"profile": "gpu", "engine_options": {"label_logprob_width": 256}})
+    assert dict(opts.engine_options) == {"label_logprob_width": 256}
+    for bad in (0, 257, "256", 1.5, True):
+        with pytest.raises(ValueError, match="label_logprob_width must be a whole number"):
+            parse_loop_options({"profile": "gpu", "engine_options": {"label_logprob_width": bad}})

@@ -26,6 +26,29 @@ K, N, C = 4, 50, 128  # a K=4 ensemble, a shard of 50 items, the most labels vLL
 VOCAB = 49_152  # SmolLM2's vocabulary
 
 
+class FakeSamplingParams:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+
+class FakeLoRARequest:
+    def __init__(self, name: str, int_id: int, path: str) -> None:
+        self.name, self.int_id, self.path = name, int_id, path
+
+
+def install_fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm.SamplingParams and vllm.lora.request.LoRARequest as plain records, for score() without vLLM."""
+    import sys
+    import types
+
+    vllm = types.ModuleType("vllm")
+    vllm.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
+    lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
+    request.LoRARequest = FakeLoRARequest  # type: ignore[attr-defined]
+    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
 def realistic_scores(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(full-vocabulary label logprobs [K,N,C], the renormalised distribution, log label mass): most
     rows put most mass on the labels, some almost none (1e-30), some so little that exp() underflows
@@ -113,7 +136,7 @@ def test_one_request_never_asks_for_more_label_ids_than_vllm_reports() -> None:
     from scoring.engines.vllm import VLLMEngine
 
     engine = VLLMEngine.__new__(VLLMEngine)  # no engine start: the check needs none
-    with pytest.raises(ValueError, match="151 label ids in one request: vLLM returns at most 128"):
+    with pytest.raises(ValueError, match="151 label ids in one request: this engine asks for at most 128"):
         engine._sampling_params(list(range(151)))
 
 
@@ -282,26 +305,10 @@ def test_every_score_call_puts_the_prefix_in_the_cache_per_adapter_before_its_it
     bits than reading it from the cache (session 26): so score() first sends one request per adapter (the prefix
     and a fixed one-item suffix) and only then the items, each adapter's LoRA with it; the warm-up's outputs are
     not part of the result."""
-    import sys
-    import types
-
     from scoring.engines.vllm import WARMUP_TEXT, VLLMEngine
     from scoring.prompts import RenderedBatch
 
-    class SamplingParams:
-        def __init__(self, **kwargs: Any) -> None:
-            self.kwargs = kwargs
-
-    class LoRARequest:
-        def __init__(self, name: str, int_id: int, path: str) -> None:
-            self.name, self.int_id, self.path = name, int_id, path
-
-    vllm = types.ModuleType("vllm")
-    vllm.SamplingParams = SamplingParams  # type: ignore[attr-defined]
-    lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
-    request.LoRARequest = LoRARequest  # type: ignore[attr-defined]
-    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
-        monkeypatch.setitem(sys.modules, name, module)
+    install_fake_vllm(monkeypatch)
 
     label_ids = [101, 102, 103]
     texts = ["first item", "second item"]
@@ -333,3 +340,123 @@ def test_every_score_call_puts_the_prefix_in_the_cache_per_adapter_before_its_it
     assert len(scored[0]) == 4 and [lr.name for lr in scored[2]] == ["a", "a", "b", "b"]
     assert result.p.shape == (2, 2, 3) and np.allclose(result.p, 1 / 3)
     assert engine.last_timings["warm_s"] >= 0.0
+
+
+def test_widening_sets_vllms_cap_in_both_modules_that_bind_it() -> None:
+    """vLLM 0.26 binds MAX_LOGPROB_TOKEN_IDS by name in SamplingParams' module and in the sampler's (which sizes
+    its per-request row of ids by it): both are raised, never lowered; a vLLM without it is a clear error."""
+    import types
+
+    from scoring.engines.vllm import widen_logprob_token_ids
+
+    params, sampler = types.SimpleNamespace(MAX_LOGPROB_TOKEN_IDS=128), types.SimpleNamespace(MAX_LOGPROB_TOKEN_IDS=128)
+    assert widen_logprob_token_ids(256, [params, sampler]) == 256
+    assert params.MAX_LOGPROB_TOKEN_IDS == sampler.MAX_LOGPROB_TOKEN_IDS == 256
+    assert widen_logprob_token_ids(151, [params, sampler]) == 256  # already wider: left as it is
+    with pytest.raises(RuntimeError, match="has no MAX_LOGPROB_TOKEN_IDS"):
+        widen_logprob_token_ids(256, [params, types.SimpleNamespace()])
+
+
+def test_wide_check_wants_the_same_argmax_and_a_tiny_difference_in_distribution_and_mass() -> None:
+    from scoring.engines.base import ScoreResult
+    from scoring.engines.vllm import WIDE_CHECK_MAX_DP, wide_check
+
+    def result(p: np.ndarray, mass: np.ndarray) -> ScoreResult:
+        return ScoreResult(p=p, mass=mass, truncated=np.zeros(p.shape[1], dtype=bool), tokens=0)
+
+    rng = np.random.default_rng(0)
+    p, mass = rng.dirichlet(np.ones(151), size=(4, 16)), rng.uniform(0.2, 1.0, size=(4, 16))
+    assert wide_check(result(p, mass), result(p.copy(), mass.copy())) == (True, 0.0)
+    ok, dp = wide_check(result(p, mass), result(p + WIDE_CHECK_MAX_DP / 2, mass))
+    assert ok and dp == pytest.approx(WIDE_CHECK_MAX_DP / 2)
+    assert not wide_check(result(p, mass), result(p + 2 * WIDE_CHECK_MAX_DP, mass))[0]
+    assert not wide_check(result(p, mass), result(p, mass * 0.9))[0]  # same distribution, other label mass
+    swapped = p.copy()
+    swapped[0, 0, p[0, 0].argmax()] = 0.0  # one item's top label gone: another argmax
+    assert not wide_check(result(p, mass), result(swapped, mass))[0]
+    assert wide_check(result(p, mass), result(p[:, :3], mass[:, :3])) == (False, float("inf"))
+
+
+def _label_llm(logp: np.ndarray, label_ids: list[int], wide_bias: float = 0.0) -> Any:
+    """A fake offline LLM over ``logp`` (float[K, N, C] full-vocabulary label logprobs): every request (one per
+    prompt, adapter-major within a chunk, chunk-major) reports its SamplingParams' label ids; requests with more
+    than 128 ids get ``wide_bias`` added (a sampler that mishandles a widened cap)."""
+    column = {t: c for c, t in enumerate(label_ids)}
+
+    class LLM:
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def generate(self, prompts: list[Any], params: Any, lora_request: Any = None, use_tqdm: bool = True) -> Any:
+            per = params if isinstance(params, list) else [params] * len(prompts)
+            self.calls.append(len(prompts))
+            outs = []
+            for prompt, sp, lora in zip(prompts, per, lora_request or [None] * len(prompts), strict=True):
+                ids = sp.kwargs["logprob_token_ids"]
+                item = max(0, prompt["prompt_token_ids"][3] - 10)  # after the 3 prefix ids; the warm-up: 0
+                k = 0 if lora is None else lora.int_id - 1
+                row = logp[k, item, [column[t] for t in ids]]
+                if len(ids) > 128:
+                    row = row + wide_bias
+                outs.append(fake_output([0, *ids], [-0.01, *row.tolist()], True))
+            return outs
+
+    return LLM()
+
+
+@pytest.mark.parametrize("wide_bias", [0.0, 0.5])
+def test_a_wide_engine_asks_once_per_item_after_its_check_and_falls_back_to_chunks_when_they_differ(
+    monkeypatch: pytest.MonkeyPatch, wide_bias: float
+) -> None:
+    """label_logprob_width=256 on a 151-label task (CLINC150): the first call scores a few items both ways;
+    where the two agree, every later request asks for all 151 labels at once (half the requests); where
+    they differ (a sampler that does not honour the raised cap), the engine asks in 128-label chunks for good
+    and its scores are the chunked ones. Without the option: chunks, as before."""
+    from scoring.engines import vllm as vllm_engine
+    from scoring.engines.vllm import VLLMEngine
+    from scoring.prompts import RenderedBatch
+
+    install_fake_vllm(monkeypatch)
+    monkeypatch.setattr(vllm_engine, "widen_logprob_token_ids", lambda width: width)
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, model_dir, **options: None)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+    label_ids = list(range(1000, 1151))
+    rng = np.random.default_rng(1)
+    n_items = 40
+    logp = np.log(rng.dirichlet(np.ones(151), size=(2, n_items)) * 0.9)
+
+    class Renderer:
+        prefix_ids = [1, 2, 3]
+        label_token_ids = label_ids
+        max_context = 64
+
+        def render(self, items: list[str]) -> RenderedBatch:
+            suffixes = [[int(t.split()[-1]) + 10 if t != "." else 5, 7] for t in items]  # "." : the warm-up
+            return RenderedBatch(suffixes, np.zeros(len(items), dtype=bool))
+
+    texts = [f"item {i}" for i in range(n_items)]
+    adapters = [AdapterRef("a", 1, "/a"), AdapterRef("b", 2, "/b")]
+
+    plain = VLLMEngine("/nowhere")
+    plain.enable_lora, plain.max_model_len, plain.llm = True, 128, _label_llm(logp, label_ids, wide_bias)
+    chunked = plain.score(Renderer(), texts, adapters).p  # type: ignore[arg-type]
+    assert plain.llm.calls == [2, 2 * n_items * 2]  # the warm-up, then two chunks of every request
+
+    wide = VLLMEngine("/nowhere", label_logprob_width=256)
+    wide.enable_lora, wide.max_model_len, wide.llm = True, 128, _label_llm(logp, label_ids, wide_bias)
+    first = wide.score(Renderer(), texts, adapters).p  # type: ignore[arg-type]
+    again = wide.score(Renderer(), texts, adapters).p  # type: ignore[arg-type]
+    checked = 16 * 2
+    # the check (wide, then chunked, each after its warm-up), then the call itself, then the next call
+    per_call = 2 * n_items * (1 if wide_bias == 0 else 2)
+    assert wide.llm.calls == [2, checked, 2, 2 * checked, 2, per_call, 2, per_call]
+    assert wide.wide_checked is not None and wide.wide_checked[0] is (wide_bias == 0)
+    assert wide.label_width == (256 if wide_bias == 0 else 128)
+    assert np.allclose(first, chunked) and np.allclose(again, chunked)
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # a core in its own process cannot be widened
+    with pytest.raises(ValueError, match="needs vLLM's engine core in the worker's process"):
+        VLLMEngine("/nowhere", label_logprob_width=256)
+    with pytest.raises(ValueError, match="label_logprob_width must be within"):
+        VLLMEngine("/nowhere", label_logprob_width=300)
