@@ -1,8 +1,8 @@
 """bench/'s pages and raw outputs stay readable (issue 36): every bench/ path that README.md, bench/*.md
 and docs/*.md name is in the tree (a raw file moved or renamed would leave a figure without its
-evidence), RESULTS.md links only to its own headings, raw outputs lie in bench/raw/<YYYY-MM-DD>/ and
-no old *-results folder is back, large raw text is stored gzipped, and rawfiles.open_raw reads a file
-whether or not it was compressed."""
+evidence), RESULTS.md stays a five-minute page and links only to its own headings, raw outputs lie in
+bench/raw/<YYYY-MM-DD>/ and no old *-results folder is back, large raw text is stored gzipped, and
+rawfiles.open_raw reads a file whether or not it was compressed."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import rawfiles  # noqa: E402
 from rawfiles import GZIP_ABOVE, TEXT_SUFFIXES, open_raw, raw_dir, raw_path  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
+RESULTS_MAX_WORDS = 3500  # about five minutes of reading (issue 36); the narrative lives in bench/HISTORY.md
 PAGES = [ROOT / "README.md", *sorted((ROOT / "bench").glob("*.md")), *sorted((ROOT / "docs").glob("*.md"))]
 # A path: "bench/" then name characters, slashes, glob characters and {a,b} alternatives.
 PATH = re.compile(r"(?<![\w./$-])bench/(?:[\w.*?-]|\{[^{}\s`'\"]*\}|/)*")
@@ -80,6 +81,14 @@ def test_every_bench_path_the_pages_name_is_in_the_tree() -> None:
     assert sum(p.startswith("bench/raw/2") for _, p in named) > 100  # the pages cite their raw files
     missing = sorted(f"{page}: {p}" for page, p in named if p not in GONE and not in_tree(p))
     assert not missing, "pages name bench/ paths that are not in the tree:\n" + "\n".join(missing)
+
+
+def test_results_stays_a_five_minute_page() -> None:
+    words = len(RESULTS.read_text().split())
+    assert words <= RESULTS_MAX_WORDS, (
+        f"bench/RESULTS.md has {words} words (cap {RESULTS_MAX_WORDS}): keep only each capability's current figure, "
+        "command, commit and raw file there, and move the run-by-run narrative to its session in bench/HISTORY.md"
+    )
 
 
 def test_every_anchor_results_links_is_one_of_its_headings() -> None:
