@@ -13,8 +13,9 @@ checked set (argmax agreement < --min-agreement, mean |Δp| > --max-mean-dp), 3 
 
 Variants name an engine and its options: ``hf`` and ``vllm`` are the app's engines with their default
 options (what ``scoring.engines.get_engine(kind, model_dir)`` builds); tokens after a dash change one
-option: ``fp32`` / ``bf16`` (dtype), ``full`` (hf: prefix_cache off, every prompt whole: no prefix KV,
-no trunk cache), ``unpacked`` (hf: packed_scoring off), ``eager`` (vllm: enforce_eager). ``@tag`` names a
+option: ``fp32`` / ``bf16`` / ``fp16`` (dtype), ``full`` (hf: prefix_cache off, every prompt whole: no prefix KV,
+no trunk cache), ``unpacked`` (hf: packed_scoring off), ``eager`` (vllm: enforce_eager), ``wide`` (vllm: every
+label in one request, label_logprob_width 256, instead of 128-label chunks). ``@tag`` names a
 second run of the same options (``vllm@warm``: another process, the same compile cache).
 
 Sets are ``NAME=PROMPT:DIR,DIR,...`` (no DIR: the base model). PROMPT ``data``: the app's prompt for
@@ -113,6 +114,9 @@ _OPTION_TOKENS: dict[str, tuple[str, Any, frozenset[str]]] = {
     "full": ("prefix_cache", False, frozenset({"hf"})),
     "unpacked": ("packed_scoring", False, frozenset({"hf"})),
     "eager": ("enforce_eager", True, frozenset({"vllm"})),
+    # every label in one request (vLLM's 128-id cap raised; scoring/engines/vllm.py widen_logprob_token_ids) rather
+    # than 128-label chunks: vllm-wide against vllm and hf says whether the wide requests score as the chunked do
+    "wide": ("label_logprob_width", 256, frozenset({"vllm"})),
 }
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -54,7 +54,13 @@ BLOCK_SIZES = (16, 32, 64, 128)
 WARMUP_TEXT = "."  # the item of the one request per adapter that puts the shared prefix in the cache (score())
 # label_logprob_width: at most MAX_LABELS (scoring.labels), the most labels a task may have
 WIDE_CHECK_ITEMS = 16  # items scored both ways (one wide request, label chunks) on an engine's first wide call
-WIDE_CHECK_MAX_DP = 1e-3  # the largest |Δp| between the two that keeps the wide requests on
+# The two ways batch differently (K×N requests against 2×K×N), and bfloat16 scores move with the batch: session 26
+# measured max |Δp| 0.038 between two batchings of the same items (no batch-invariant kernels), and session 31's
+# first check at 1e-3 failed on every worker with max |Δp| 0.013-0.049. So the check asks what engine parity asks
+# (bench/engine_parity.py's bounds, mean over (adapter, item) of the largest |Δp| of an item's labels; label mass
+# alike) and bounds the largest: what a sampler that read the wrong ids would break by far more.
+WIDE_CHECK_MAX_MEAN_DP = 0.01
+WIDE_CHECK_MAX_DP = 0.1
 
 
 def widen_logprob_token_ids(width: int, modules: Sequence[Any] | None = None) -> int:
@@ -88,17 +94,27 @@ def widen_logprob_token_ids(width: int, modules: Sequence[Any] | None = None) ->
     return min(int(m.MAX_LOGPROB_TOKEN_IDS) for m in modules)
 
 
-def wide_check(wide: ScoreResult, chunked: ScoreResult) -> tuple[bool, float]:
-    """Whether the wide requests' scores match the chunked ones: the label distributions (float[K, N, C]) with
-    the same argmax everywhere, and both they and the label masses within WIDE_CHECK_MAX_DP; and the largest
-    difference of the two."""
+def wide_check(wide: ScoreResult, chunked: ScoreResult) -> tuple[bool, dict[str, float]]:
+    """Whether the wide requests' scores match the chunked ones within bfloat16's batching noise: mean over
+    (adapter, item) of the largest |Δp| of an item's labels ≤ WIDE_CHECK_MAX_MEAN_DP, the same for the label mass,
+    and no item's |Δp| above WIDE_CHECK_MAX_DP; and those figures (with the argmax agreement) for the log."""
     if wide.p.shape != chunked.p.shape or wide.mass.shape != chunked.mass.shape:
-        return False, float("inf")
+        return False, {"mean_dp": float("inf"), "max_dp": float("inf"), "mean_dmass": float("inf"), "agreement": 0.0}
     if wide.p.size == 0:
-        return True, 0.0
-    diff = max(float(np.nanmax(np.abs(wide.p - chunked.p))), float(np.nanmax(np.abs(wide.mass - chunked.mass))))
-    same = bool((wide.p.argmax(-1) == chunked.p.argmax(-1)).all())
-    return same and diff <= WIDE_CHECK_MAX_DP, diff
+        return True, {"mean_dp": 0.0, "max_dp": 0.0, "mean_dmass": 0.0, "agreement": 1.0}
+    dp = np.nanmax(np.abs(wide.p - chunked.p), axis=-1)
+    figures = {
+        "mean_dp": float(np.nanmean(dp)),
+        "max_dp": float(np.nanmax(dp)),
+        "mean_dmass": float(np.nanmean(np.abs(wide.mass - chunked.mass))),
+        "agreement": float((wide.p.argmax(-1) == chunked.p.argmax(-1)).mean()),
+    }
+    ok = (
+        figures["mean_dp"] <= WIDE_CHECK_MAX_MEAN_DP
+        and figures["mean_dmass"] <= WIDE_CHECK_MAX_MEAN_DP
+        and figures["max_dp"] <= WIDE_CHECK_MAX_DP
+    )
+    return ok, figures
 
 
 def _compilation_config(capture_sizes: Sequence[int] | None, mode: str | None) -> dict[str, Any]:
@@ -357,7 +373,7 @@ def prefix_cache_counts(metrics: Iterable[Any]) -> tuple[float, float]:
 
 class VLLMEngine:
     label_width: int = VLLM_MAX_LABELS  # the most label ids one request asks for (label_logprob_width)
-    wide_checked: tuple[bool, float] | None = (True, 0.0)  # None: a wide engine's first call checks it
+    wide_checked: bool | None = True  # None: a wide engine's first call checks it; False: it failed, chunks
 
     @staticmethod
     def preload(*, batch_invariant: bool = False, engine_core_process: bool = False) -> float:
@@ -425,7 +441,7 @@ class VLLMEngine:
             )
         # the most label ids one request asks for; a wide engine is checked against label chunks on its first call
         self.label_width = widen_logprob_token_ids(int(label_logprob_width or 0)) if wide else VLLM_MAX_LABELS
-        self.wide_checked: tuple[bool, float] | None = None if wide else (True, 0.0)
+        self.wide_checked: bool | None = None if wide else True
         self.reaper: Any = None
         # scores that do not depend on how items are batched (a re-run shard equals the first run), at some speed
         self.batch_invariant = batch_invariance(batch_invariant)
@@ -567,31 +583,34 @@ class VLLMEngine:
 
     def _check_wide(self, renderer: PromptRenderer, texts: Sequence[str], adapters: Sequence[AdapterRef]) -> None:
         """The first wide call: a few items scored both ways (one request of every label; 128-label chunks);
-        the engine keeps the wide requests only where both give the same distributions, else it goes back to
-        chunks for good (a vLLM whose sampler does not honour the raised cap)."""
+        the engine keeps the wide requests only where both agree (``wide_check``), else it goes back to chunks
+        for good (a vLLM whose sampler does not honour the raised cap)."""
         wide = self.label_width
-        self.wide_checked = (False, float("inf"))  # score() below must not check again
+        self.wide_checked = False  # score() below must not check again
         try:
             scored_wide = self.score(renderer, texts, adapters)
             self.label_width = VLLM_MAX_LABELS
-            ok, dp = wide_check(scored_wide, self.score(renderer, texts, adapters))
+            ok, figures = wide_check(scored_wide, self.score(renderer, texts, adapters))
         except Exception:
             logger.exception(
                 "label_logprob_width %d: the wide requests failed; asking in chunks of %d", wide, VLLM_MAX_LABELS
             )
             self.label_width = VLLM_MAX_LABELS
             return
-        self.wide_checked = (ok, dp)
+        self.wide_checked = ok
         self.label_width = wide if ok else VLLM_MAX_LABELS
         log = logger.info if ok else logger.error
         log(
             "label_logprob_width %d: %d items x %d adapters scored in one request and in chunks of %d: "
-            "max |dp| (distribution and label mass) %.2e, %s",
+            "mean / max |dp| %.4f / %.4f, mean |dmass| %.4f, argmax agreement %.3f: %s",
             wide,
             len(texts),
             max(1, len(adapters)),
             VLLM_MAX_LABELS,
-            dp,
+            figures["mean_dp"],
+            figures["max_dp"],
+            figures["mean_dmass"],
+            figures["agreement"],
             "one request per item and adapter from now on" if ok else "they differ: asking in chunks from now on",
         )
 

@@ -41,9 +41,10 @@ def test_variants_are_the_app_engines_with_one_changed_option_each() -> None:
     assert (
         dict(ep.parse_variant("vllm-fp16").options) == dict(ep.parse_variant("hf-fp16").options) == {"dtype": "float16"}
     )
+    assert dict(ep.parse_variant("vllm-wide").options) == {"label_logprob_width": 256}  # one request, every label
     warm = ep.parse_variant("vllm@warm")
     assert (warm.kind, warm.options, warm.name) == ("vllm", (), "vllm@warm")
-    for bad in ("tgi", "hf-eager", "vllm-full", "vllm-fp32", "hf-fp32-bf16", "vllm@two words", "hf-"):
+    for bad in ("tgi", "hf-eager", "vllm-full", "vllm-fp32", "hf-fp32-bf16", "vllm@two words", "hf-", "hf-wide"):
         with pytest.raises(ep.ParityInputError):
             ep.parse_variant(bad)
 
