@@ -36,6 +36,12 @@ ENGINE_START = re.compile(
     r"(?:; ([\d.]+) s importing vLLM before the lock)?"  # the import: outside the lock since session 19
     r"(?:; (its turn|no turn)[^)]*)?\)"  # parallel_start (session 28): a start after the GPU's first takes no turn
 )
+# the vLLM engine's wide-label check (label_logprob_width): session 31's form gives max |dp| only, later ones more
+WIDE_CHECK = re.compile(
+    r"^\[[^\]]*\] label_logprob_width (\d+): (\d+) items x \d+ adapters .*?"
+    r"max \|dp\| (?:\(distribution and label mass\) )?(?:([\d.e+-]+) / )?([\d.e+-]+).*?"
+    r"(one request per item and adapter|they differ)"
+)
 TASK_DONE = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+): INFO/[^\]]*\] Task (annotate\.gpu\.\w+)\[[^\]]+\] succeeded"
 )
@@ -116,6 +122,25 @@ def engine_starts(out: Path) -> list[dict[str, Any]]:
                     }
                 )
     return sorted(starts, key=lambda s: s["at"])
+
+
+def wide_checks(out: Path) -> list[dict[str, Any]]:
+    """Each gpu worker's wide-label check (scoring/engines/vllm.py _check_wide): items, mean / max |dp|, kept."""
+    checks = []
+    for path in sorted(out.glob("gpu-worker-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if m := WIDE_CHECK.match(line):
+                checks.append(
+                    {
+                        "worker": path.stem,
+                        "width": int(m.group(1)),
+                        "items": int(m.group(2)),
+                        "mean_dp": float(m.group(3)) if m.group(3) else None,
+                        "max_dp": float(m.group(4)),
+                        "kept": m.group(5).startswith("one request"),
+                    }
+                )
+    return checks
 
 
 def first_tasks(out: Path) -> dict[str, dict[str, float]]:
@@ -222,6 +247,16 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
                 f"\n{worker}: first task done, seconds after the worker started: "
                 + ", ".join(f"{k.split('.')[-1]} {v - started[worker]:.1f}" for k, v in sorted(firsts.items()))
             )
+    if checks := wide_checks(out):
+        kept = sum(c["kept"] for c in checks)
+        lines += [
+            "",
+            f"wide label requests (label_logprob_width {checks[0]['width']}): kept by {kept} of {len(checks)} gpu"
+            " workers; their checks' max |dp| "
+            + ", ".join(f"{c['max_dp']:.3g}" for c in checks)
+            + ("" if all(c["mean_dp"] is None for c in checks) else "; mean |dp| ")
+            + ", ".join(f"{c['mean_dp']:.3g}" for c in checks if c["mean_dp"] is not None),
+        ]
     lines += ["", curve_table(out, sim, sim_strategy)]
     if table := throughput_table(out):
         lines += ["", table]

@@ -125,6 +125,18 @@
 #   "dtype": "float16" in GPU_LOOP's engine_options (not LOOP's: hf on a CPU is float32) is worth a run of its own
 #   (the scoring dtype that met the parity bounds on CLINC150): if its rounds and requests/s match bfloat16's, make
 #   it the GPU profile's default.
+# Session 31 (2026-12-07, H100, ac3ac88): session 29's plan (CLINC150, GPU_WORKERS=8 GPU_SHARE=0.05, eval_shards 8, block
+#   size 64, parallel_start) with "label_logprob_width": 256 in GPU_LOOP, DEADLINE=1000 (set in .gstage/env.sh before
+#   the fourth part's call, which starts the run): two refused starts, staging ~90 s, `wait 240`, `wait 560`, `wait 535`:
+#   18 rounds, 900 labels, 39-49 s a round. parallel_start: seven engines side by side after the first. The wide-label
+#   check (bound 1e-3) failed on every worker at bfloat16's batching noise (max |dp| 0.013-0.049): chunks throughout;
+#   relaxed in c7f2b8b. PARITY_VLLM must hold host options only (engine_parity.py refused label_logprob_width: the
+#   driver's parity failed at once); run again by hand on the warm machine, vllm-fp16 skipped by its budget (a vLLM
+#   start beside eight idle workers took 135 s). Next sitting, planned: the same pack and options with DEADLINE=1150 if
+#   the machine comes at once (CLINC150's remaining two rounds to 1,000 labels need ~100 s more), label_logprob_width
+#   256 again (the report's "wide label requests" line says whether the workers kept it, with mean / max |dp|),
+#   PARITY_VLLM without it, PARITY_VARIANTS=vllm-fp16,hf-fp16 PARITY_BUDGET=420 (the float16 pair on the run's own
+#   adapters), and `bench/engine_parity.py`'s vllm-wide variant only if time is left.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #

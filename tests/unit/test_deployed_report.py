@@ -138,3 +138,20 @@ def test_an_engine_start_that_took_no_turn(tmp_path: Path) -> None:
         30.0,
         11.0,
     )
+
+
+def test_the_wide_label_checks_come_from_the_worker_logs_in_both_forms(tmp_path: Path) -> None:
+    """Session 31's check line gave the max |dp| only; later ones give mean / max: both are read, with the verdict."""
+    (tmp_path / "gpu-worker-0.log").write_text(
+        "[2026-12-07 15:28:34,525: ERROR/ForkPoolWorker-1] label_logprob_width 256: 16 items x 4 adapters scored in"
+        " one request and in chunks of 128: max |dp| (distribution and label mass) 1.29e-02, they differ: asking in"
+        " chunks from now on\n"
+    )
+    (tmp_path / "gpu-worker-1.log").write_text(
+        "[2026-12-08 10:00:00,000: INFO/ForkPoolWorker-1] label_logprob_width 256: 16 items x 4 adapters scored in"
+        " one request and in chunks of 128: mean / max |dp| 0.0021 / 0.0450, mean |dmass| 0.0010, argmax agreement"
+        " 0.984: one request per item and adapter from now on\n"
+    )
+    old, new = dr.wide_checks(tmp_path)
+    assert (old["items"], old["mean_dp"], old["max_dp"], old["kept"]) == (16, None, 0.0129, False)
+    assert (new["worker"], new["mean_dp"], new["max_dp"], new["kept"]) == ("gpu-worker-1", 0.0021, 0.045, True)
