@@ -6,6 +6,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY config config
 COPY annotate annotate
+COPY acquisition acquisition
+COPY predictor predictor
 COPY scoring scoring
 COPY training training
 # CPU image: torch from PyTorch's CPU index first, so the project's torch>=2.11 is already met and no

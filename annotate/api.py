@@ -1,7 +1,7 @@
 """A small REST endpoint for scripts and CI: start a round, poll its status.
 
     POST /api/projects/<id>/rounds/   → 201 {"id", "number", "status", "strategy", "url"}
-         optional body {"strategy": one of scoring.strategies.STRATEGIES: "active", "random", "portfolio", ...}
+         optional body {"strategy": one of acquisition.strategies.STRATEGIES: "active", "random", "portfolio", ...}
          (JSON or form fields; default active) → 400 for an unknown one, 409 when a round is active
     GET  /api/rounds/<id>/            → 200 {"status", "progress": {...}, "metrics": {...}, "cost": {...},
                                              "config": {...}, "config_fingerprint": sha256}

@@ -45,7 +45,7 @@ def calibration_json(row: Calibration) -> dict[str, Any]:
         "n_calibration": row.n_calibration,
         "prompt_hash": row.prompt_hash,
         "adapter_set_hash": row.adapter_set_hash,
-        "model_version": row.model_version,  # the predictor it was fitted on (training/predictor.py)
+        "model_version": row.model_version,  # the predictor it was fitted on (predictor/model.py)
     }
     if row.status == Calibration.Status.DONE:
         body.update(

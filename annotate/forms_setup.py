@@ -15,11 +15,11 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator, validate_email
 from django.http import QueryDict
 
+from acquisition.strategies import STRATEGIES
 from annotate.loopconfig import new_project_defaults
 from annotate.models import Label, Project
 from annotate.services.notify import email_addresses
 from annotate.services.projects import LabelInput
-from scoring.strategies import STRATEGIES
 
 UNLABELABLE = "unlabelable"
 

@@ -1,4 +1,4 @@
-"""Frozen configs for the plain-Python loop (scoring/, training/), built from a Project row, and
+"""Frozen configs for the plain-Python loop (training/, acquisition/, scoring/), built from a Project row, and
 frozen once per round.
 
 Project holds the knobs leads and ML staff set in the UI. The few that are per deployment rather
@@ -29,8 +29,8 @@ from typing import Any
 
 from django.conf import settings
 
+from acquisition.batch import SelectionConfig
 from annotate.models import Label, Project, Round
-from scoring.acquisition import SelectionConfig
 from scoring.prompts import LabelSpec, PromptSpec
 from scoring.rescoring import RescoringConfig
 from training.ensemble import LoopConfig
@@ -123,7 +123,7 @@ class LoopOptions:
     profile: str  # "cpu" (default) or "gpu": the deployment's choice, never the device of the process
     max_context: int  # prompt tokens: the prefix plus the longest item must fit; 0: fitted to the prompt
     n_shards: int  # 0: one shard per SHARD_ITEMS candidates
-    cold_mode: str  # cold-start rounds of every strategy but random: one of scoring.acquisition.COLD_MODES
+    cold_mode: str  # cold-start rounds of every strategy but random: one of acquisition.batch.COLD_MODES
     arms: bool  # train the in-round active / random comparison arms (the simulation turns them off)
     arms_every: int  # ... in every Nth round only (1: every round; training.ensemble.is_arms_round)
     # When those arms (and the from-scratch check) train: "deferred" (the CPU profile) after the round, as
@@ -141,14 +141,14 @@ class LoopOptions:
     # itself. Session 26's CLINC150 rounds spent 47-63 s of their 82-117 s in one worker's evaluation
     # (5,500 test items x 6 adapters x 2 label chunks) while three more gpu workers waited.
     eval_shards: int
-    # The round's predictor (training/blend.py): "auto" blends the adapters' mean with the embedding
+    # The round's predictor (predictor/blend.py): "auto" blends the adapters' mean with the embedding
     # proxy at a weight fitted on held-out batch labels; "off" predicts with the adapters alone.
     blend: str
-    # The active strategy's soft-rank exponent (scoring.acquisition.SelectionConfig.softrank_beta):
+    # The active strategy's soft-rank exponent (acquisition.batch.SelectionConfig.softrank_beta):
     # draw probability ∝ rank^-β over the committee's uncertainty
-    # (default 1: scoring.acquisition.DEFAULT_SOFTRANK_BETA).
+    # (default 1: acquisition.batch.DEFAULT_SOFTRANK_BETA).
     softrank_beta: float
-    # Whose uncertainty the active strategy's draws follow (scoring.acquisition.SelectionConfig.committee):
+    # Whose uncertainty the active strategy's draws follow (acquisition.batch.SelectionConfig.committee):
     # "members" (default: the K adapters and the proxy as K + 1 equal members) or "blend" (the round's
     # predictor, the adapters and the proxy at the blend weight the last evaluation fitted).
     committee: str
@@ -222,7 +222,7 @@ def parse_loop_options(raw: Mapping[str, Any]) -> LoopOptions:
 
 
 def _cold_mode(raw: Mapping[str, Any]) -> str:
-    from scoring.acquisition import COLD_MODES
+    from acquisition.batch import COLD_MODES
 
     value = str(raw.get("cold_mode", DEFAULT_COLD_MODE))
     if value not in COLD_MODES:
@@ -285,7 +285,7 @@ def _engine_options(raw: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _committee(raw: Mapping[str, Any]) -> str:
-    from scoring.acquisition import COMMITTEES
+    from acquisition.batch import COMMITTEES
 
     value = raw.get("committee", "members")
     if value not in COMMITTEES:
@@ -296,7 +296,7 @@ def _committee(raw: Mapping[str, Any]) -> str:
 
 
 def _softrank_beta(raw: Mapping[str, Any]) -> float:
-    from scoring.acquisition import DEFAULT_SOFTRANK_BETA
+    from acquisition.batch import DEFAULT_SOFTRANK_BETA
 
     raw_value = raw.get("softrank_beta", DEFAULT_SOFTRANK_BETA)
     try:

@@ -571,7 +571,7 @@ class WorkClaim(models.Model):
 
 
 class Prediction(models.Model):
-    """The predictor's prediction for an item (training/predictor.py: the adapters' mean blended with
+    """The predictor's prediction for an item (predictor/model.py: the adapters' mean blended with
     the embedding proxy) under one prompt and one adapter set."""
 
     item = models.ForeignKey(Item, related_name="predictions", on_delete=models.CASCADE)
@@ -658,7 +658,7 @@ class Calibration(models.Model):
     adapter_set_hash = models.CharField(max_length=64, blank=True)
     fingerprint = models.JSONField(default=dict, blank=True)
     # The (uncalibrated) predictor the calibrator and thresholds were fitted on: its fingerprint, the
-    # drift key, and its parts (training/predictor.py), so a refused run can say which part changed.
+    # drift key, and its parts (predictor/model.py), so a refused run can say which part changed.
     model_version = models.CharField(max_length=64, blank=True)
     predictor = models.JSONField(default=dict, blank=True)
     n_items = models.PositiveIntegerField(default=0)  # evaluation items (test set + gold): the calibrator
@@ -666,7 +666,7 @@ class Calibration(models.Model):
     worker = models.CharField(max_length=200, blank=True)  # host:pid holding it (annotate/services/jobs.py)
     attempts = models.PositiveSmallIntegerField(default=0)
     sent_at = models.DateTimeField(null=True, blank=True)  # its last message (annotate/services/jobs.py)
-    calibrator = models.JSONField(default=dict, blank=True)  # training.calibrate.Calibrator.to_json()
+    calibrator = models.JSONField(default=dict, blank=True)  # predictor.calibrate.Calibrator.to_json()
     before = models.JSONField(default=dict, blank=True)  # ECE, NLL, reliability bins, uncalibrated
     after = models.JSONField(default=dict, blank=True)
     thresholds = models.JSONField(default=dict, blank=True)  # {tier: [ClassThreshold as dict, ...]}
@@ -823,7 +823,7 @@ class DeadLetter(models.Model):
 
 class LabelSuspect(models.Model):
     """A human label that a predictor judging out of sample contradicts with confidence
-    (training/label_errors.py, queued by annotate/services/label_errors.py). Nothing changes the label
+    (predictor/label_errors.py, queued by annotate/services/label_errors.py). Nothing changes the label
     but a lead: ``kept`` leaves it, ``relabelled`` went through the lead's decision (an Adjudication)."""
 
     class Decision(models.TextChoices):

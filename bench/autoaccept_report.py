@@ -3,7 +3,7 @@
 For each data set: score a *fit* split and a *held-out* split with the simulation's K adapters (the
 prompt rebuilt exactly as the simulation's projects render it: default instructions and item
 template, codes from suggest_codes over the sorted label names), fit the calibrator and per-class
-thresholds on the fit split only (training.calibrate, the production code), then apply them to the
+thresholds on the fit split only (predictor.calibrate, the production code), then apply them to the
 held-out split and report coverage and the measured precision of what was auto-accepted (Wilson 95 %
 interval), overall and per class. The fit split is dev.csv where the data set has one, else a seeded
 half of test.csv, the other half held out; the simulation trains on train.csv only, so neither split
@@ -92,11 +92,11 @@ def score(engine: Any, renderer: Any, texts: list[str], refs: list[Any]) -> np.n
 def one(name: str, root: str, args: argparse.Namespace, defaults: tuple[str, str]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from predictor import calibrate as cal
     from scoring.engines import AdapterRef, get_engine
     from scoring.labels import suggest_codes
     from scoring.pipeline import make_renderer
     from scoring.prompts import LabelSpec, PromptSpec
-    from training import calibrate as cal
 
     how, (fit_x, fit_y), (test_x, test_y) = splits(Path(args.data_dir) / name, args.seed)
     if args.limit:

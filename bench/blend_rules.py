@@ -1,9 +1,9 @@
-"""Replay rules for the blend's weight (training/blend.py) on recorded simulation runs, without the models.
+"""Replay rules for the blend's weight (predictor/blend.py) on recorded simulation runs, without the models.
 
     .venv/bin/python bench/blend_rules.py bench/raw/<date>/<run>-records.jsonl.gz --out <report>.md
 
 Every round record of a run with the blend on carries ``blend.evidence``: for each grid weight, the
-counts (training.blend.weight_counts) on the round's held-out batch, on its random slice alone and on
+counts (predictor.blend.weight_counts) on the round's held-out batch, on its random slice alone and on
 the test set. A rule picks a weight from the batches' counts of the rounds so far. So every rule below
 is measured on the same adapters and proxies, paired, with no GPU.
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.report import load_records, named_by_shape  # noqa: E402
-from training.blend import BY, FLOOR, MIN_HELDOUT, WINDOW, choose_weight, pool  # noqa: E402
+from predictor.blend import BY, FLOOR, MIN_HELDOUT, WINDOW, choose_weight, pool  # noqa: E402
 
 AT = (200, 500, 1000)
 BY_ACCURACY: dict[str, Any] = {"by": "accuracy", "floor": 0.0}  # the rule before 2026-12-06
@@ -104,7 +104,7 @@ RULES: dict[str, Rule] = {
     UPPER_BOUND: _best_on_test,
 }
 DEFAULT = f"batches, last {WINDOW}, by accuracy, w ≥ 0.1 (the default)"
-BY_LIKELIHOOD = f"batches, last {WINDOW}, by log-likelihood, w ≥ 0.1"  # measured beside it (training/blend.py)
+BY_LIKELIHOOD = f"batches, last {WINDOW}, by log-likelihood, w ≥ 0.1"  # measured beside it (predictor/blend.py)
 RECORDED = f"batches, last {WINDOW}, by accuracy (the rule until 2026-12-06)"  # the weights of older records
 CHOOSABLE = [name for name in RULES if name != UPPER_BOUND]  # the rules the prequential table scores
 

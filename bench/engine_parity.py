@@ -775,7 +775,7 @@ def loop_config(model_dir: str, prompt: Any, n_labels: int, max_steps: int | Non
     are not read by training."""
     from dataclasses import replace
 
-    from scoring.acquisition import SelectionConfig
+    from acquisition.batch import SelectionConfig
     from scoring.rescoring import RescoringConfig
     from training.ensemble import LoopConfig
     from training.lora import TrainConfig

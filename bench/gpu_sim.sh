@@ -101,7 +101,7 @@ collect() { for set in $SETS; do cat "$VAR_DIR/sim/$set/records.jsonl" 2>/dev/nu
 COPIER=$!
 
 # The seed set is the app's default cold start: the most typical items (loop option cold_mode
-# "typical", scoring.acquisition.select_typical) for every strategy but random, whose seed set stays a
+# "typical", acquisition.batch.select_typical) for every strategy but random, whose seed set stays a
 # uniform draw; records say which ("cold_mode") and the report names e.g. "active+typical".
 # B=50 after a seed set of 100 (CLINC150: 300, about 2 per class, as BASELINES.md's 302): the app's own
 # shape (Project.batch_size 50, two cold-start batches); 1,000 labels are 19 rounds of 48 steps per

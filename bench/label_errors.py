@@ -1,5 +1,5 @@
 """The label-error queue's precision and recall (issue 31): on a shared set, 1,000 labelled items with 5 %
-of the labels flipped at random to another class, the confident-learning rule of training/label_errors.py
+of the labels flipped at random to another class, the confident-learning rule of predictor/label_errors.py
 on out-of-fold probabilities of the embedding proxy (what annotate/services/label_errors.py runs in the
 app) is scored against the flipped items.
 
@@ -25,9 +25,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from predictor.label_errors import DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba  # noqa: E402
 from scoring.bundled import encoder_path  # noqa: E402
 from scoring.embeddings import EmbeddingCache  # noqa: E402
-from training.label_errors import DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba  # noqa: E402
 
 SETS = ("trec", "sst2", "clinc150", "emotion", "snips", "search_snippets")
 

@@ -10,7 +10,7 @@ For every (data set, strategy), over the rounds after the cold start and every s
 - length: mean words of the picked texts (the pool's mean beside it);
 - near-duplicates: the share of picks within 0.95 cosine (MiniLM) of an item labelled before them
   or picked earlier in the same batch;
-- hardness: the accuracy, on the round's picks, of the cheap proxy (scoring.embedding_proxy) trained on the
+- hardness: the accuracy, on the round's picks, of the cheap proxy (predictor.embedding_proxy) trained on the
   job's labels before that round — low = the strategy picked items the current labels do not explain
   (informative, or mislabelled);
 - gold agreement with the proxy's confident predictions: the share of picks where the proxy is confident
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from annotate.simulation.proxy_loop import read_rows  # noqa: E402
 from annotate.simulation.report import selected_records, source_set  # noqa: E402
-from scoring.embedding_proxy import fit_proxy  # noqa: E402
+from predictor.embedding_proxy import fit_proxy  # noqa: E402
 
 NEAR = 0.95
 

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from acquisition.batch import COLD_MODES, DEFAULT_SOFTRANK_BETA  # noqa: E402
+from acquisition.strategies import STRATEGIES  # noqa: E402
 from annotate.simulation.proxy_loop import ProxySpec, append_records, load_data, run_job  # noqa: E402
-from scoring.acquisition import COLD_MODES, DEFAULT_SOFTRANK_BETA  # noqa: E402
-from scoring.strategies import STRATEGIES  # noqa: E402
 
 POOL_SAMPLE = {"sst2": 20000}  # as the harness and BASELINES.md
 

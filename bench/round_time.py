@@ -155,8 +155,8 @@ def _select(p: Any, labeled: list[tuple[str, str]], index: dict[str, int], rng: 
     """The committee strategy's batch over the scored candidates ([K, N, C])."""
     import numpy as np
 
-    from scoring.acquisition import committee_distribution, select_committee
-    from scoring.embedding_proxy import fit_proxy
+    from acquisition.batch import committee_distribution, select_committee
+    from predictor.embedding_proxy import fit_proxy
     from scoring.uncertainty import mean_distribution
 
     emb = rng.standard_normal((p.shape[1] + args.labels, 384)).astype(np.float32)

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scoring.acquisition import select_batch  # noqa: E402
+from acquisition.batch import select_batch  # noqa: E402
 
 D = 384  # MiniLM's dimension
 CPU_CONFIG = {"n": 100_000, "m": 20_000, "b": 1_000, "l": 10_000, "goal_s": 3.0}
@@ -84,7 +84,7 @@ def bench_selection(config: dict[str, Any], device: str, repeats: int) -> Row:
 
 def bench_device_parity(device: str) -> Row:
     """Same picks on the accelerator as on the CPU (float32 either way; TF32 stays off by default)."""
-    from scoring.acquisition import kcenter_greedy
+    from acquisition.batch import kcenter_greedy
 
     rng = np.random.default_rng(2)
     cand, seeds = _unit(rng, 4_000), _unit(rng, 2_000)

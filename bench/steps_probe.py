@@ -10,7 +10,7 @@ round with 100 labels 12 steps; warm starts carry earlier rounds, but a project 
 with 6. Prints one table (steps, final training loss, test accuracy, seconds); the JSON holds the
 options and the git commit.
 
-``--mix`` also fits the cheap proxy (scoring.embedding_proxy: logistic regression on MiniLM embeddings, as the
+``--mix`` also fits the cheap proxy (predictor.embedding_proxy: logistic regression on MiniLM embeddings, as the
 selection committee's extra member) on the same labels and reports its test accuracy and that of the
 LLM and proxy distributions averaged ((p_llm + p_proxy) / 2): would the proxy help as a member of
 the predicting ensemble, not only of the selecting committee?
@@ -154,7 +154,7 @@ def _mix(
     """The proxy on the same labels, and the LLM + proxy average, on the same test items."""
     import numpy as np
 
-    from scoring.embedding_proxy import fit_proxy
+    from predictor.embedding_proxy import fit_proxy
 
     proxy = fit_proxy(embed([t for t, _ in picked]), np.array([index[label] for _, label in picked]), len(index))
     p_proxy = proxy.predict_proba(embed([t for t, _ in probe]))

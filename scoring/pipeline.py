@@ -1,10 +1,11 @@
 """The scoring half of a round as plain steps over arrays, paths and frozen configs (no Django): the
-prompt renderer, the candidates' shards, scoring through the score cache (two-stage when asked), the
-signals selection reads, and the batch choice. The round services (annotate/services/planning.py,
-scoring.py, selection.py) call these in this order:
+prompt renderer, the candidates' shards and scoring through the score cache (two-stage when asked).
+The round services (annotate/services/planning.py, scoring.py, selection.py) call these in this order:
 
     candidates → shards (shard_of) → score_items (cache, two-stage) → save_shard / load_shards
-    → signals (label-mass filter, uncertainty) → select
+
+and selection goes on from the loaded scores in acquisition/ (batch.signals: label-mass filter,
+uncertainty; then the round's strategy).
 
 Everything random takes a generator derived from the round's seed (``step_rng``), so a replayed or
 resumed step makes the same choices.
@@ -28,7 +29,6 @@ from scoring.files import atomic_save_npz
 from scoring.prompts import PromptSpec
 
 if TYPE_CHECKING:
-    from scoring.acquisition import SelectionConfig
     from scoring.cache import ScoreCache
     from scoring.engines import AdapterRef, Engine
     from scoring.prompts import PromptRenderer
@@ -241,29 +241,3 @@ def load_shards(paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     mass = np.concatenate([part[2] for part in parts], axis=1)[:, order]
     full = np.concatenate([part[3] for part in parts])[order]
     return ids[order], p, mass, full
-
-
-# -- selection ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Signals:
-    """What selection needs from the scores of the full rows."""
-
-    mean_p: np.ndarray  # float32[N, C]
-    mass_mean: np.ndarray  # float[N]
-    uncertainty: np.ndarray  # float[N]
-    review: np.ndarray  # bool[N]: label mass under the threshold → review bucket
-
-
-def signals(p: np.ndarray, mass: np.ndarray, config: SelectionConfig) -> Signals:
-    from scoring.acquisition import label_mass_filter
-    from scoring.uncertainty import mean_distribution, uncertainty
-
-    mass_mean = mass.mean(axis=0) if len(p) else np.zeros(0)
-    return Signals(
-        mean_p=mean_distribution(p) if p.shape[1] else np.zeros((0, p.shape[2] if p.ndim == 3 else 0)),
-        mass_mean=mass_mean,
-        uncertainty=uncertainty(config.uncertainty, p, mass) if p.shape[1] else np.zeros(0),
-        review=label_mass_filter(mass_mean, config.mass_threshold) if p.shape[1] else np.zeros(0, bool),
-    )

@@ -45,7 +45,7 @@ def learning_curve_png(
 
 
 def reliability_svg(bins: Sequence[Mapping[str, Any]], *, title: str = "Reliability") -> str:
-    """Reliability diagram from ``training.evaluate.reliability_bins``: accuracy bars and mean
+    """Reliability diagram from ``predictor.evaluate.reliability_bins``: accuracy bars and mean
     confidence dots per non-empty bin against the diagonal, item count above each bar."""
     figure, axes = _figure(size=(4.0, 4.0))
     filled = [b for b in bins if b["count"]]

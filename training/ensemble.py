@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from scoring.acquisition import SelectionConfig
+from acquisition.batch import SelectionConfig
 from scoring.prompts import PromptSpec
 from scoring.rescoring import RescoringConfig
 from training.lora import TrainConfig
@@ -150,7 +150,7 @@ def evaluate_adapters(
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Test-set metrics of the ensemble mean (accuracy, macro-F1, per class, confusion, ECE...) and
     the mean distribution itself."""
-    from training.evaluate import evaluate
+    from predictor.evaluate import evaluate
 
     p_mean = ensemble_mean(engine, renderer, texts, adapters)
     return evaluate(p_mean, np.asarray(y), label_names=list(label_names)), p_mean

@@ -14,7 +14,7 @@ from itertools import combinations
 import numpy as np
 
 from annotate.models import Annotation, Project
-from training.evaluate import confusion
+from predictor.evaluate import confusion
 
 
 @dataclass(frozen=True)

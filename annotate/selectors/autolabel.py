@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from annotate.models import AutoLabel, AutolabelRun, Calibration, DeadLetter, GoldItem, Item, Project
 from annotate.selectors import loop as loop_sel
-from training import calibrate as cal
+from predictor import calibrate as cal
 
 TIER_ORDER = ("model", "agreement", "permuted", "second_model")
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from annotate.models import Project, Round
 from annotate.selectors.progress import BatchStatus, batch_items_finished, batch_status
-from training.blend import MIN_HELDOUT
+from predictor.blend import MIN_HELDOUT
 from training.eta import eta_seconds
 
 AUTOMATED = (
@@ -143,7 +143,7 @@ def metric_lines(metrics: dict[str, Any], *, min_test: int = 0) -> list[tuple[st
     if isinstance(blend.get("weight"), int | float):
         lines.append(("Predictor", blend_sentence(blend)))
     version = (metrics.get("predictor") or {}).get("fingerprint")
-    if isinstance(version, str):  # training/predictor.py: the Prediction rows' and auto-labels' model version
+    if isinstance(version, str):  # predictor/model.py: the Prediction rows' and auto-labels' model version
         lines.append(("Model version", version[:12]))
     committee = metrics.get("committee") or {}
     if committee.get("mode") == "blend":
@@ -245,7 +245,7 @@ def blend_sentence(blend: dict[str, Any]) -> str:
 
 
 def _blend_why(blend: dict[str, Any]) -> str:
-    """Why that mix, in words, from the held-out evidence it was fitted on (training/blend.py); the
+    """Why that mix, in words, from the held-out evidence it was fitted on (predictor/blend.py); the
     fit's own terse reason ("w = 1.0 … proxy 5.0 %") only for a record without that evidence."""
     n = blend.get("heldout_n")
     heldout = blend.get("heldout_accuracy") or {}

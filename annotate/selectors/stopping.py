@@ -9,7 +9,7 @@ Two criteria, read from what each round's evaluation stored (annotate/services/e
   ``STABLE_WINDOW`` consecutive round pairs: more labels stopped changing what the model says.
 - **Active beats random**: the accuracy gain of the active arm over the random arm at equal labels
   on the same test items, with its 95 % interval (``metrics["gain"]``, computed by
-  training.evaluate.gain_with_uncertainty: the normal approximation for paired proportions, i.e. the
+  predictor.evaluate.gain_with_uncertainty: the normal approximation for paired proportions, i.e. the
   mean of the per-item differences d_i = correct_active_i − correct_random_i ± 1.96 · sd(d)/√n).
 
 The recommendation says "you can stop here" only when both hold, and otherwise what is missing.
@@ -26,7 +26,7 @@ import numpy as np
 from annotate.loopconfig import stop_set_size
 from annotate.models import Project, Round, StopSetItem
 from annotate.selectors.agreement import cohen_kappa
-from training.stopping_rule import STABLE_KAPPA, STABLE_WINDOW, predictions_stable, stable_run
+from predictor.stopping_rule import STABLE_KAPPA, STABLE_WINDOW, predictions_stable, stable_run
 
 
 @dataclass(frozen=True)

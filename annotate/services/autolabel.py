@@ -56,12 +56,12 @@ from annotate.services import jobs, people_queue
 from annotate.services.predictor import RoundPredictor, round_predictor
 from annotate.services.round_state import autolabel_run_dir
 from annotate.services.rounds import round_open_for_people
+from predictor import calibrate as cal
+from predictor.model import Predictor
+from predictor.thresholds import DEFAULT_DELTA
 from scoring import batch_manifest, pipeline
 from scoring.prompts import LabelSpec, PromptSpec
-from training import calibrate as cal
 from training import ensemble
-from training.predictor import Predictor
-from training.thresholds import DEFAULT_DELTA
 
 RunStatus = AutolabelRun.Status
 ShardStatus = AutolabelShard.Status
@@ -207,7 +207,7 @@ def drift_reason(
     calibration: Calibration, *, prompt_hash: str, parts: dict[str, str], adapter_set: str, predictor: Predictor
 ) -> str:
     """Empty when the run may use the calibration; else why it may not: the rendered prompt, the
-    adapters, or any other part of the predictor (training/predictor.py: blend weight, proxy labels)
+    adapters, or any other part of the predictor (predictor/model.py: blend weight, proxy labels)
     differs from the one the calibration was fitted on."""
     reasons = []
     if prompt_hash != calibration.prompt_hash:
@@ -578,7 +578,7 @@ def _gold_report(project: Project, ev: auto_sel.EvalItems, q: np.ndarray, names:
     model–human and human–human (first two blind labels) on the same items."""
     from annotate.models import Annotation
     from annotate.selectors.agreement import cohen_kappa
-    from training.evaluate import evaluate
+    from predictor.evaluate import evaluate
 
     rows = [i for i, g in enumerate(ev.is_gold) if g]
     if not rows:

@@ -4,7 +4,7 @@ arms; accuracy, macro-F1, per-class, confusion, ECE + reliability, Cohen's κ mo
 human-human; the prod ensemble's predictions on the fixed stop set (the stopping criterion's input);
 the learning-curve points and SVG; the round's cost.
 
-The round's predictor is the prod ensemble blended with the embedding proxy (training/blend.py): the
+The round's predictor is the prod ensemble blended with the embedding proxy (predictor/blend.py): the
 round's own batch is first stored as held-out evidence (the adapters and the proxy of the round
 before never saw its labels), then the weight that predicted the latest batches best is applied to
 the test and stop sets. Loop option ``blend: "off"`` predicts with the adapters alone.
@@ -53,12 +53,13 @@ from annotate.services.round_state import (
     round_dir,
     round_transition,
 )
+from predictor import blend
 from scoring import pipeline
 from scoring.cache import ScoreCache, text_hash
 from scoring.device import device_kind
 from scoring.toplayers import adapted_layers, adapter_config
 from scoring.uncertainty import mean_distribution
-from training import blend, curves, ensemble
+from training import curves, ensemble
 from training.lora import ADAPTER_CONFIG, TRAINING_INFO, WIDE_LABELS
 
 HELDOUT_FILE = "heldout.npz"
@@ -177,7 +178,7 @@ def _kappas(row: Round, test_ids: list[int], pred: np.ndarray, n_classes: int) -
 
 def _evaluate_arms(row: Round, scores: dict[str, tuple[dict[str, Any], np.ndarray]], y: np.ndarray) -> dict[str, Any]:
     """The active vs random comparison at equal labels, with the gain and its uncertainty."""
-    from training.evaluate import gain_with_uncertainty
+    from predictor.evaluate import gain_with_uncertainty
 
     if "active" not in scores or "random" not in scores:
         return {}
@@ -233,13 +234,13 @@ def _curve(row: Round, points: list[dict[str, Any]], gain_text: str | None) -> d
 def _score_sets(
     row: Round, test_ids: list[int], texts: list[str], y: np.ndarray, stop_ids: list[int], stop_texts: list[str]
 ) -> tuple[dict[str, tuple[dict[str, Any], np.ndarray]], np.ndarray, dict[str, Any], dict[str, Any]]:
-    """Metrics and distribution per adapter set: prod (the round's predictor, training/predictor.py:
+    """Metrics and distribution per adapter set: prod (the round's predictor, predictor/model.py:
     the ensemble blended with the proxy), prod0 (its first member's mean alone), and where trained:
     scratch, active, random (their members' mean; none without test items); the predictor's
     distribution on the stop set, scored in the same engine call as its test set so the prompt
     prefix is computed once for both; the blend's record for the metrics (empty with ``blend`` off);
     and the predictor's parts and fingerprint (empty without prod adapters)."""
-    from training.evaluate import evaluate
+    from predictor.evaluate import evaluate
 
     config = worker_config(row)
     renderer = pipeline.make_renderer(config.model_dir, config.prompt, config.max_context)

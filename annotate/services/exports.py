@@ -123,7 +123,7 @@ def prediction_rows(project: Project) -> Iterator[dict[str, Any]]:
             "text_hash": p.item.text_hash,
             "prompt_hash": p.prompt_hash,
             "adapter_set_hash": p.adapter_set_hash,
-            "model_version": p.model_version,  # the predictor's fingerprint (training/predictor.py)
+            "model_version": p.model_version,  # the predictor's fingerprint (predictor/model.py)
             "round": p.round.number if p.round else None,
             "label": p.label.name,
             "probs": p.probs,

@@ -1,7 +1,7 @@
 """Possible label errors (issue 31): a scan judges every human label out of sample and queues the ones it
 contradicts with confidence for a lead, with the evidence; only the lead's decision changes a label.
 
-The judge is the embedding proxy fitted k times on the other folds (training/label_errors.py): the K
+The judge is the embedding proxy fitted k times on the other folds (predictor/label_errors.py): the K
 LoRA adapters train on every label, so no adapter of a round is out of sample for a labelled item. Its
 quality follows the proxy's accuracy (bench/label_errors.py measures precision and recall per set with
 5 % of the labels flipped at random).
@@ -28,7 +28,7 @@ from annotate.selectors import loop as loop_sel
 from annotate.services import jobs, proxy
 from annotate.services.review import adjudicate
 from annotate.services.workers import worker_id
-from training.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba
+from predictor.label_errors import DEFAULT_FOLDS, DEFAULT_MIN_RATIO, find_label_errors, out_of_fold_proba
 
 # Below this many labelled items a fold's proxy trains on too few labels per class to contradict anyone.
 MIN_LABELS = 50

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from acquisition.strategies import strategy
 from annotate.loopconfig import round_config
 from annotate.models import Prediction, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -17,7 +18,6 @@ from annotate.services import jobs
 from annotate.services.round_state import S, round_score_dir, round_transition
 from scoring import pipeline
 from scoring.files import atomic_save_npy
-from scoring.strategies import strategy
 
 
 def is_cold(row: Round) -> bool:

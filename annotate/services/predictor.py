@@ -1,4 +1,4 @@
-"""A round's predictor (training/predictor.py) built from the database, and run on items.
+"""A round's predictor (predictor/model.py) built from the database, and run on items.
 
 The predictor of a finished round is its prod adapters, the prompt they are scored with, the blend
 weight its evaluation fitted (``Round.metrics["blend"]["weight"]``; the adapters alone without one)
@@ -18,9 +18,9 @@ import numpy as np
 
 from annotate.models import AdapterVersion, Round
 from annotate.services import proxy as proxy_service
+from predictor.calibrate import Calibrator
+from predictor.model import Predictor, ProxyRef, labels_hash
 from scoring.cache import text_hash
-from training.calibrate import Calibrator
-from training.predictor import Predictor, ProxyRef, labels_hash
 
 
 def predictor_for_round(source: Round | None, *, prompt_hash: str, weight: float | None = None) -> Predictor:

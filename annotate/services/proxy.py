@@ -1,8 +1,8 @@
 """The embedding side of a round, shared by the selection and evaluation steps and auto-labelling:
 items' texts, the sentence embeddings of items (the encoder cache) and the embedding proxy's label
-distributions (logistic regression, scoring.embedding_proxy) — on the labels so far, the selection's committee
+distributions (logistic regression, predictor.embedding_proxy) — on the labels so far, the selection's committee
 member; on the labels a round's adapters trained on (its plan), the predictor's blend partner
-(training/predictor.py). Step services import this, never each other."""
+(predictor/model.py). Step services import this, never each other."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def proxy_probabilities(labeled_emb: np.ndarray, labels: list[int], emb: np.ndar
 def fitted_proxy(emb: np.ndarray, y: np.ndarray, n_classes: int) -> Any:
     """``fit_proxy(emb, y, n_classes)``, fitted once per process for the same rows (the fit is
     deterministic, so the kept one is the one a new fit would give)."""
-    from scoring.embedding_proxy import fit_proxy
+    from predictor.embedding_proxy import fit_proxy
 
     x, labels = np.ascontiguousarray(emb), np.ascontiguousarray(y, dtype=np.int64)
     digest = hashlib.sha256(f"{x.dtype.str}{x.shape}{labels.shape}{n_classes}".encode())

@@ -52,6 +52,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
+from acquisition.strategies import STRATEGIES
 from annotate.loopconfig import config_fingerprint, freeze_config, round_eval_shards
 from annotate.models import Item, Project, Round, ScoreShard, WorkClaim
 from annotate.selectors import loop as loop_sel
@@ -60,7 +61,6 @@ from annotate.services import evaluation, jobs, notify, people_queue, planning, 
 from annotate.services.queue import send_on_commit
 from annotate.services.round_state import RoundError, S, round_transition
 from annotate.services.workers import on_this_host, worker_alive, worker_id
-from scoring.strategies import STRATEGIES
 
 ACTIVE_STATUSES = Round.ACTIVE_STATUSES
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ __all__ = [
 
 
 class UnknownStrategyError(RoundError):
-    """A strategy that is not one of scoring.strategies.STRATEGIES (a bad request, not a busy round)."""
+    """A strategy that is not one of acquisition.strategies.STRATEGIES (a bad request, not a busy round)."""
 
 
 def check_strategy(strategy: str) -> str:

@@ -1,5 +1,5 @@
 """The selection step of a round (selecting → labeling): choose_batch reads what the round's strategy
-declares (scoring/strategies.py) and lets it pick; selection_record alone writes the result — the
+declares (acquisition/strategies.py) and lets it pick; selection_record alone writes the result — the
 round's predictions upserted, low-label-mass items moved to the leads' review bucket, the round's
 metrics, and the batch as BatchItem rows (source cold / active / random), written once.
 
@@ -21,6 +21,8 @@ from django.db.models import Case, CharField, Field, Value, When
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 
+from acquisition import portfolio, strategies
+from acquisition.batch import Signals, committee_distribution, signals
 from annotate import steppoints
 from annotate.loopconfig import round_config
 from annotate.models import BatchItem, Item, Prediction, Round, ScoreShard, WorkClaim
@@ -29,8 +31,7 @@ from annotate.services import jobs, people_queue
 from annotate.services.predictor import round_predictor
 from annotate.services.proxy import embeddings, item_texts, proxy_probabilities
 from annotate.services.round_state import S, add_cost, round_fail, round_transition
-from scoring import pipeline, portfolio, strategies
-from scoring.acquisition import committee_distribution
+from scoring import pipeline
 from training import ensemble
 
 PREDICTION_CHUNK = 2000  # rows an upsert transaction writes
@@ -125,7 +126,7 @@ def predictions_upsert(
     model_version: str = "",
 ) -> int:
     """One Prediction per (item, prompt, adapter set) — the predictor's distribution ``probs`` and its
-    fingerprint ``model_version`` (training/predictor.py); a rerun updates the same rows."""
+    fingerprint ``model_version`` (predictor/model.py); a rerun updates the same rows."""
     label_ids = np.asarray(list(loop_sel.label_index(project=round.project)), dtype=np.int64)
     # Rounded (5 decimals: short JSON) and made Python floats in two C calls instead of a numpy scalar and
     # a round() per probability (2.3 M for CLINC150's pool: 1.3 s of a 4.9 s upsert on the 2-core machine).
@@ -211,9 +212,9 @@ class Scored:
     writes as Prediction rows and, under the label-mass threshold, as review-bucket moves."""
 
     ids: np.ndarray  # int64[N] item ids
-    signals: pipeline.Signals
+    signals: Signals
     threshold: float
-    probs: np.ndarray  # float[N, C]: the predictor's distributions (training/predictor.py)
+    probs: np.ndarray  # float[N, C]: the predictor's distributions (predictor/model.py)
     model_version: str  # the predictor's fingerprint
 
 
@@ -238,7 +239,7 @@ def round_strategy(row: Round, config: ensemble.LoopConfig) -> strategies.Strate
 
 def choose_batch(*, round: Round) -> ChosenBatch:
     """The round's batch as its strategy picks it; reads only (selection_record writes). The strategy
-    gets exactly the inputs it declares (scoring/strategies.py): scores — the round's, refused unless
+    gets exactly the inputs it declares (acquisition/strategies.py): scores — the round's, refused unless
     made with the current adapter set and prompt, low label mass left out for the review bucket —
     embeddings, and the labels' committee member and portfolio split. A strategy that reads no scores
     picks from the whole eligible pool, so last round's most uncertain items carried into the
@@ -374,7 +375,7 @@ def _cold_sample(ids: np.ndarray, seed: int, step: str = "cold-sample") -> np.nd
     """What a typical or diversity cold round embeds and clusters (eligible ids, or positions of the
     labeled items): all of them, or a seeded sample of TYPICAL_MAX_POINTS — a 2-million-row pool must
     not be embedded before its first round."""
-    from scoring.acquisition import TYPICAL_MAX_POINTS  # read at call time: tests shrink it
+    from acquisition.batch import TYPICAL_MAX_POINTS  # read at call time: tests shrink it
 
     if len(ids) <= TYPICAL_MAX_POINTS:
         return ids
@@ -385,7 +386,7 @@ def _cold_sample(ids: np.ndarray, seed: int, step: str = "cold-sample") -> np.nd
 def portfolio_split(
     *, round: Round, labeled: loop_sel.Labeled, labeled_emb: np.ndarray, n_classes: int
 ) -> portfolio.Split:
-    """The portfolio's batch shares from the labels so far (scoring.portfolio): each labelled item's
+    """The portfolio's batch shares from the labels so far (acquisition.portfolio): each labelled item's
     arm comes from its batch source (cold → the shared seed set, random slice → uniform) or from the
     picks the earlier portfolio rounds stored in ``metrics["selection"]``. Items other strategies
     picked train the model but are nobody's evidence."""
@@ -414,10 +415,10 @@ def _merge_metrics(round_id: int, **values: Any) -> None:
 
 def _committee_weight(row: Round) -> float | None:
     """The blend weight of the predictor whose adapters scored this round: the latest finished round's
-    evaluation (Round.metrics["blend"]["weight"], training/blend.py). None — the K + 1 equal members
+    evaluation (Round.metrics["blend"]["weight"], predictor/blend.py). None — the K + 1 equal members
     draw — before an evaluation has fitted one on held-out labels (the seed round's w = 1 is the
     adapters alone by default, not a fit: fewer than blend.MIN_HELDOUT held-out labels)."""
-    from training.blend import MIN_HELDOUT
+    from predictor.blend import MIN_HELDOUT
 
     latest = Round.objects.filter(project=row.project, status=S.DONE, number__lt=row.number).order_by("-number").first()
     record = ((latest.metrics or {}).get("blend") or {}) if latest is not None else {}
@@ -443,5 +444,5 @@ def _scored(row: Round, config: ensemble.LoopConfig, texts: dict[int, tuple[str,
     proxy_texts, hashes = _texts(ids, texts) if predictor.predictor.needs_proxy else ([], [])  # the proxy's input
     probs = predictor.probabilities(p, proxy_texts, hashes)
     return Scored(
-        ids, pipeline.signals(p, mass, config.selection), config.selection.mass_threshold, probs, predictor.fingerprint
+        ids, signals(p, mass, config.selection), config.selection.mass_threshold, probs, predictor.fingerprint
     )

@@ -34,7 +34,7 @@ def snapshot_path(row: Round) -> Path:
 
 
 def model_version(row: Round) -> str:
-    """The round's model version: its predictor's fingerprint (training/predictor.py), which its
+    """The round's model version: its predictor's fingerprint (predictor/model.py), which its
     evaluation keeps in the metrics — the ML page's "Model version" and the ``model_version`` of the
     predictions it makes; "" for a round evaluated without adapters."""
     fingerprint = ((row.metrics or {}).get("predictor") or {}).get("fingerprint")

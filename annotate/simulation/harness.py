@@ -45,12 +45,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from acquisition.strategies import STRATEGIES  # the production selection and the three ablations
 from annotate.loopconfig import loop_config, round_config
 from annotate.models import BatchItem, Item, Project, Round
 from annotate.services.imports import import_items
 from annotate.services.labeling import label_submit, next_item_for
 from annotate.services.projects import LabelInput, project_create
-from scoring.strategies import STRATEGIES  # the production selection and the three ablations
 from training.ensemble import LoopConfig
 
 FULL_DATA = "full-data"
@@ -400,7 +400,7 @@ def round_record(*, row: Round, data: SimData, spec: SimSpec, job: Job, seconds:
         "macro_f1": metrics.get("macro_f1"),
         "ece": metrics.get("ece"),
         "test_n": metrics.get("test_n"),
-        # The predictor's parts on the test set and the blend's weight (training/blend.py); None with
+        # The predictor's parts on the test set and the blend's weight (predictor/blend.py); None with
         # blend off. "accuracy" above is the predictor's (the blend's).
         "blend": _blend_of(metrics),
         # loop option committee "blend": the weight the active draws followed (None: the equal members)

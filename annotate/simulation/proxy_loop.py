@@ -1,10 +1,10 @@
-"""The selection rules on the cheap learner: every strategy of scoring.acquisition, to 1,000 labels, on
+"""The selection rules on the cheap learner: every strategy of acquisition.batch, to 1,000 labels, on
 CPU in minutes.
 
-The learner is the embedding proxy (scoring.embedding_proxy: logistic regression on the cached MiniLM vectors,
+The learner is the embedding proxy (predictor.embedding_proxy: logistic regression on the cached MiniLM vectors,
 the cheap loop of ../shared/design/BASELINES.md), retrained from scratch each round; the committee is
-that proxy alone. What runs is the production selection code (the strategies of scoring.strategies and
-the portfolio's scoring.portfolio), so this measures the *rules* — does soft-rank dilute margin, does
+that proxy alone. What runs is the production selection code (the strategies of acquisition.strategies and
+the portfolio's acquisition.portfolio), so this measures the *rules* — does soft-rank dilute margin, does
 the portfolio follow the winning arm, is any rule worse than random — without the LLM. It says
 nothing about the LLM loop's own curves: those come from the GPU harness (annotate/simulation/
 harness.py). Records have the harness's shape plus ``learner: "proxy"``, so bench/sim_report.py
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from scoring import portfolio
-from scoring.acquisition import DEFAULT_SOFTRANK_BETA, committee_uncertainty, select_cold_start
-from scoring.embedding_proxy import fit_proxy
-from scoring.strategies import REGISTRY, STRATEGIES, Inputs
+from acquisition import portfolio
+from acquisition.batch import DEFAULT_SOFTRANK_BETA, committee_uncertainty, select_cold_start
+from acquisition.strategies import REGISTRY, STRATEGIES, Inputs
+from predictor.embedding_proxy import fit_proxy
 
 RANDOM_SHARE = 0.15
 OVERSAMPLE = 4.0
@@ -55,7 +55,7 @@ class ProxySpec:
     batch: int = 0  # 0: 25, or 100 with more than 50 classes
     seed_labels: int = 0  # 0: max(2 × classes, 20)
     random_share: float = RANDOM_SHARE
-    # How the seed set of every strategy but random is drawn (scoring.acquisition.select_cold_start);
+    # How the seed set of every strategy but random is drawn (acquisition.batch.select_cold_start);
     # random's is always uniform, the same draw as with "random" here.
     cold_mode: str = "random"
     softrank_beta: float = DEFAULT_SOFTRANK_BETA  # the active strategy's soft-rank exponent

@@ -266,7 +266,7 @@ def _to95(per_seed: Sequence[Curve], full: float | None) -> str:
 
 RANDOM = "random"
 RANDOM_COLDSTART = "random-coldstart"  # annotate.simulation.harness: active's seed set, then random batches
-SEED_SET_MODES = ("diversity", "typical", "hedged")  # the non-uniform cold modes (scoring.acquisition.COLD_MODES)
+SEED_SET_MODES = ("diversity", "typical", "hedged")  # the non-uniform cold modes (acquisition.batch.COLD_MODES)
 
 
 def seed_set_peer(strategy: str) -> str:
@@ -554,11 +554,11 @@ def _baseline_points(row: dict[str, str]) -> list[tuple[int, float, float]]:
 
 
 def stopping_table(records: Sequence[dict[str, Any]]) -> str:
-    """Where the ML page's stabilizing-predictions rule (training.stopping_rule: κ between consecutive
+    """Where the ML page's stabilizing-predictions rule (predictor.stopping_rule: κ between consecutive
     rounds' predictions on the stop set ≥ 0.99 for 3 round pairs) would have said "you can stop
     here", per (data, strategy): the labels at that round per seed ("> N": not within the N labels
     the curve reached), the accuracy there and at the curve's end, and the last κ (mean over seeds)."""
-    from training.stopping_rule import first_stable
+    from predictor.stopping_rule import first_stable
 
     lines = [
         "| data | strategy | stop rule fired at (labels, per seed) | acc there | acc at the end | last κ |",
@@ -593,7 +593,7 @@ BLEND_AT = (200, 500, 1000)
 
 
 def blend_table(records: Sequence[dict[str, Any]]) -> str:
-    """The predictor's parts (training/blend.py) per (data, strategy) at 200 / 500 / 1,000 labels:
+    """The predictor's parts (predictor/blend.py) per (data, strategy) at 200 / 500 / 1,000 labels:
     the adapters alone, the proxy alone and the blend on the test set, and the weight on the
     adapters (mean over seeds). Empty when no record carries a blend (runs with ``blend`` off or
     made before it existed)."""
@@ -671,7 +671,7 @@ def write_report(
                 [
                     "The predictor's parts on the test set (mean over seeds, accuracy %): the K adapters"
                     " alone, the embedding proxy alone, and the blend the curves above report, with its"
-                    " weight on the adapters (fitted on held-out batch labels, training/blend.py):",
+                    " weight on the adapters (fitted on held-out batch labels, predictor/blend.py):",
                     blends,
                 ]
                 if blends

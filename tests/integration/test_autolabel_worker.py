@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.data]
 
 def expected_rows(project: Any, item_ids: list[int]) -> dict[int, tuple[int, float]]:
     """(label id, calibrated confidence) of each item, scored in this process from scratch."""
-    from training import calibrate as cal
+    from predictor import calibrate as cal
 
     ctx = auto._context(project)
     calibration = Calibration.objects.filter(project=project, status="done").latest("id")

@@ -19,10 +19,10 @@ from annotate.models import AutoLabel, AutolabelRun, BatchApiAnswer, BatchItem, 
 from annotate.selectors import autolabel as auto_sel
 from annotate.services import autolabel as auto
 from annotate.services import batch_api
+from predictor import calibrate as cal
 from scoring import batch_manifest
 from scoring.prompts import PromptSpec
 from tests.integration.round_helpers import TEST_OPTIONS, trec_project
-from training import calibrate as cal
 
 pytestmark = [pytest.mark.django_db, pytest.mark.data]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from acquisition.portfolio import MIN_SHARE
 from annotate.models import BatchItem, Item, Label, Project, Round
 from annotate.selectors import loop as loop_sel
 from annotate.services.selection import portfolio_split
-from scoring.portfolio import MIN_SHARE
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""One predictor (training/predictor.py) for selection, evaluation and auto-labelling, against the real
+"""One predictor (predictor/model.py) for selection, evaluation and auto-labelling, against the real
 database: a round whose evaluation fits a blend weight that gives the proxy a share; the probabilities
 the ML page's evaluation computes, those the next round's selection stores and those auto-labelling
 calibrates and decides on are the same for the same items, under one fingerprint; and changing the
@@ -24,10 +24,10 @@ from annotate.services import autolabel as auto
 from annotate.services.predictor import RoundPredictor
 from annotate.services.round_state import read_plan, write_plan
 from annotate.services.rounds import round_request_start, round_run_sync
+from predictor import blend
+from predictor.model import Predictor
 from scoring.engines.base import ScoreResult
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
-from training import blend
-from training.predictor import Predictor
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
 
@@ -52,7 +52,7 @@ def _tiny_options(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     use_loop_options(monkeypatch, settings, TEST_OPTIONS)
     monkeypatch.setattr("training.ensemble.make_engine", lambda config: HashEngine())
     half = blend.BlendFit(0.5, 0, {"llm": None, "proxy": None, "blend": None}, "test: half adapters, half proxy")
-    monkeypatch.setattr("training.blend.fit_weight", lambda evidence: half)
+    monkeypatch.setattr("predictor.blend.fit_weight", lambda evidence: half)
 
 
 class Seen:

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from acquisition.batch import select_cold_start
+from acquisition.strategies import Inputs, strategy
 from annotate.models import BatchItem, Item, Prediction, Project, Round, ScoreShard
 from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.rounds import round_request_start, round_run_sync
-from scoring.acquisition import select_cold_start
 from scoring.pipeline import step_rng
-from scoring.strategies import Inputs, strategy
 from tests.integration.round_helpers import TEST_OPTIONS, annotator, label_batch, trec_project, use_loop_options
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.data]
@@ -142,9 +142,9 @@ def test_a_typical_cold_round_embeds_a_seeded_sample_of_a_large_pool(
 
     import numpy as np
 
-    import scoring.acquisition
+    import acquisition.batch
 
-    monkeypatch.setattr(scoring.acquisition, "TYPICAL_MAX_POINTS", 20)  # the pool has 44 eligible items
+    monkeypatch.setattr(acquisition.batch, "TYPICAL_MAX_POINTS", 20)  # the pool has 44 eligible items
     use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "cold_mode": "typical"}))
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)
     eligible = loop_sel.eligible_ids(project=project)
@@ -192,7 +192,7 @@ def test_committee_blend_draws_by_the_fitted_predictor_and_says_so(
     import json
 
     from annotate.selectors.round_display import metric_lines
-    from training.blend import MIN_HELDOUT
+    from predictor.blend import MIN_HELDOUT
 
     use_loop_options(monkeypatch, settings, json.dumps({**json.loads(TEST_OPTIONS), "committee": "blend"}))
     project = trec_project(shared_data, tmp_path, model_dir=tiny_llama_dir)

@@ -13,7 +13,7 @@ from annotate.models import Item, Prediction, Project, Round
 from annotate.selectors import loop as loop_sel
 from annotate.services import proxy, selection
 from annotate.services.projects import LabelInput, project_create
-from scoring.embedding_proxy import fit_proxy
+from predictor.embedding_proxy import fit_proxy
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -88,7 +88,7 @@ def test_the_predictions_upsert_writes_and_updates_the_rows_the_orm_upsert_wrote
 def test_a_proxy_is_fitted_once_for_the_same_rows_and_is_the_proxy_a_new_fit_gives(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import scoring.embedding_proxy
+    import predictor.embedding_proxy
 
     rng = np.random.default_rng(0)
     emb, y = rng.normal(size=(40, 8)).astype(np.float32), np.arange(40) % 4
@@ -98,7 +98,7 @@ def test_a_proxy_is_fitted_once_for_the_same_rows_and_is_the_proxy_a_new_fit_giv
         fits.append(1)
         return fit_proxy(*args, **kwargs)
 
-    monkeypatch.setattr(scoring.embedding_proxy, "fit_proxy", counted)
+    monkeypatch.setattr(predictor.embedding_proxy, "fit_proxy", counted)
     monkeypatch.setattr(proxy, "_FITTED", {})
     first = proxy.proxy_probabilities(emb, y.tolist(), emb[:5], 4)
     again = proxy.proxy_probabilities(emb.copy(), list(y), emb[:5], 4)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from scoring.strategies import strategy as registered
-from training.blend import GRID
+from acquisition.strategies import strategy as registered
+from predictor.blend import GRID
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

@@ -189,8 +189,8 @@ def test_the_strategy_in_charge_and_why() -> None:
     page = _ml_page(project)
     assert '<strong class="in-charge">cold-start</strong> is in charge' in page and "no portfolio record" in page
     assert "the most typical item of each region of the pool" in page  # why: the recorded cold mode
+    from acquisition.batch import COLD_MODES
     from annotate.selectors.rounds import COLD_REASONS
-    from scoring.acquisition import COLD_MODES
 
     assert set(COLD_REASONS) == set(COLD_MODES)  # every mode a project can choose has its reason
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.acquisition import (
+from acquisition.batch import (
     NEAR_DUPLICATE,
     SelectionInputError,
     committee_distribution,
@@ -16,8 +16,8 @@ from scoring.acquisition import (
     select_committee,
     soft_rank_sample,
 )
-from scoring.embedding_proxy import ProxyInputError, fit_proxy
-from scoring.strategies import Inputs, strategy
+from acquisition.strategies import Inputs, strategy
+from predictor.embedding_proxy import ProxyInputError, fit_proxy
 
 FAST = settings(max_examples=50, deadline=None)
 

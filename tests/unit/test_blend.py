@@ -1,5 +1,5 @@
 """The round's predictor on arrays: the adapters' mean blended with the embedding proxy at a weight
-fitted on held-out batches (training/blend.py)."""
+fitted on held-out batches (predictor/blend.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from training.blend import (
+from predictor.blend import (
     FLOOR,
     GRID,
     MIN_HELDOUT,

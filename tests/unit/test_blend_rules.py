@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import blend_rules  # noqa: E402
 
-from training.blend import GRID  # noqa: E402
+from predictor.blend import GRID  # noqa: E402
 
 
 def _counts(n: int, correct: list[int], gain: list[int] | None = None, loss: list[int] | None = None) -> dict[str, Any]:

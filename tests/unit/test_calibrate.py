@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training import calibrate as cal
+from predictor import calibrate as cal
 
 
 def synthetic(n: int, c: int, *, temperature: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.evaluate import reliability_bins
 from training.curves import learning_curve_png, learning_curve_svg, reliability_svg
-from training.evaluate import reliability_bins
 
 SERIES = {"active": [(50, 0.61), (100, 0.70), (150, 0.76)], "random": [(50, 0.60), (100, 0.65), (150, 0.69)]}
 
@@ -155,7 +155,7 @@ def test_first_stable_is_the_first_round_the_rule_holds() -> None:
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from training.stopping_rule import first_stable, predictions_stable
+    from predictor.stopping_rule import first_stable, predictions_stable
 
     @given(st.lists(st.one_of(st.none(), st.floats(0.9, 1.0)), max_size=12))
     def check(kappas: list[float | None]) -> None:

@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score, f1_score, precision_recall_fscore_support
 
 from annotate.selectors.agreement import cohen_kappa, fleiss_kappa, per_class_agreement
-from training.evaluate import confusion, evaluate, gain_with_uncertainty, reliability_bins
+from predictor.evaluate import confusion, evaluate, gain_with_uncertainty, reliability_bins
 
 NAMES = ["ham", "spam", "other"]
 

@@ -1,24 +1,33 @@
 """The layering, read from the source with ast (every import, at module level or inside a function):
 no import cycle anywhere in the tree, the annotate services import each other without a cycle, the
-round step services import neither the tasks, nor the round flow, nor each other, scoring/ and
-training/ never import Django or annotate, the shipped packages never import the test fixtures
-(devtools/, tests/), and production code imports heavy libraries only inside the functions that use
-them (the web process starts fast and never loads a model)."""
+round step services import neither the tasks, nor the round flow, nor each other, the plain-Python
+packages (training/, acquisition/, predictor/, scoring/) import only downward in that order and never
+Django or annotate, the shipped packages never import the test fixtures (devtools/, tests/), and
+production code imports heavy libraries only inside the functions that use them (the web process
+starts fast and never loads a model)."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_SERVICES = {"planning", "scoring", "selection", "training", "evaluation"}
-PACKAGES = ("config", "annotate", "scoring", "training", "devtools", "tests")
+# The plain-Python packages under annotate, highest first; each imports only those after it:
+#   training/     LoRA training, the loop's frozen config, ETAs, curves (trains and evaluates adapters)
+#   acquisition/  what to label next: batch selection, the strategies, the portfolio
+#   predictor/    what the app believes about an item and how sure: the Predictor, blend, proxy,
+#                 calibration, auto-accept thresholds, evaluation, label errors, the stopping rule
+#   scoring/      engines, prompts, label codes, the score cache, embeddings, uncertainty signals
+LAYERS = ("training", "acquisition", "predictor", "scoring")
+PACKAGES = ("config", "annotate", *LAYERS, "devtools", "tests")
 # Folders of scripts run with their own folder on sys.path: their modules import each other by file name.
 SCRIPT_DIRS = ("bench", "scripts")
-PRODUCTION = ("config", "annotate", "scoring", "training", "devtools")
-SHIPPED = ("config", "annotate", "scoring", "training")  # what a deployment runs; devtools/ and tests/ are not
+PRODUCTION = ("config", "annotate", *LAYERS, "devtools")
+SHIPPED = ("config", "annotate", *LAYERS)  # what a deployment runs; devtools/ and tests/ are not
 HEAVY = {
     "accelerate", "faiss", "gguf", "matplotlib", "peft", "pyarrow", "safetensors", "sentence_transformers",
     "sklearn", "torch", "transformers", "vllm",
@@ -167,12 +176,33 @@ def test_shipped_packages_import_neither_devtools_nor_tests() -> None:
     assert "devtools.oracle" in graph["tests.integration.round_helpers"]  # the graph sees the fixtures' users
 
 
-def test_scoring_and_training_import_neither_django_nor_annotate() -> None:
-    for package in ("scoring", "training"):
+def test_every_package_is_in_the_graph_and_the_deployment() -> None:
+    """A new top-level package is one the graph checks and one the wheel and the image carry."""
+    top = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    assert top == set(PACKAGES), sorted(top ^ set(PACKAGES))
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in SHIPPED:
+        assert f"{package}*" in include, f"pyproject.toml's package list lacks {package}"
+        assert f"COPY {package} {package}\n" in dockerfile, f"the Dockerfile does not copy {package}/"
+
+
+def test_plain_python_packages_import_downward_and_never_django_or_annotate() -> None:
+    """training → acquisition → predictor → scoring, never back: the loop's config holds the selection
+    config (training.ensemble), the portfolio scores arms with the embedding proxy (acquisition.portfolio),
+    the predictor averages the engines' distributions (predictor.model). So no cycle between packages."""
+    graph = _graph(*PACKAGES)
+    edges = {(name.split(".")[0], m.split(".")[0]) for name, imported in graph.items() for m in imported}
+    for i, package in enumerate(LAYERS):
+        above = {*PACKAGES} - {*LAYERS[i:]}  # annotate, config, the layers above, the test fixtures
         for path in (ROOT / package).rglob("*.py"):
             imported = _imports(path.read_text(), _module(path).rpartition(".")[0])
-            bad = {m for m in imported if m.split(".")[0] in {"django", "annotate", "config"}}
+            bad = {m for m in imported if m.split(".")[0] in {"django", *above}}
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+    # the rule is the code's: each step down is taken somewhere
+    assert {("training", "acquisition"), ("acquisition", "predictor"), ("predictor", "scoring")} <= edges
+    packages = {a: {b for x, b in edges if x == a and b != a} for a in LAYERS}
+    assert _cycle(packages) is None
 
 
 @pytest.mark.parametrize("package", PRODUCTION)
@@ -182,21 +212,20 @@ def test_heavy_libraries_are_imported_only_inside_functions(package: str) -> Non
         assert not heavy, f"{path.relative_to(ROOT)} imports {sorted(heavy)} at module level"
 
 
-# The pure core in scoring/ or training/ and the Django service over it may share a name: they mean one
-# thing at two layers (the service builds the core's inputs from rows and stores what it returns).
-SAME_THING_TWO_LAYERS = {"label_errors", "predictor"}
+# The pure core in the plain-Python packages and the Django service over it may share a name: they mean
+# one thing at two layers (the service builds the core's inputs from rows and stores what it returns).
+SAME_THING_TWO_LAYERS = {"label_errors"}
 
 
 def test_no_two_modules_share_a_name_with_different_meanings() -> None:
-    """Issue 36: scoring/acquisition.py (acquisition math) beside annotate/services/selection.py (the round's
-    selection step), scoring/uncertainty.py (uncertainty) beside annotate/signals.py (Django signals), and
-    the like, made a reader guess which was meant; they were renamed (acquisition, uncertainty,
+    """Issue 36: two modules named selection (the acquisition math beside annotate/services/selection.py,
+    the round's selection step), two named signals (uncertainty beside annotate/signals.py, Django
+    signals), and the like, made a reader guess which was meant; they were renamed (batch, uncertainty,
     embedding_proxy, stopping_rule, eta). Names inside annotate repeat only across its layers (services,
     selectors, views, commands), which is one meaning at several layers."""
-    core = {p.stem for pkg in ("scoring", "training") for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"}
+    stems = [p.stem for pkg in LAYERS for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"]
     app = {p.stem for p in (ROOT / "annotate").rglob("*.py") if p.stem != "__init__" and "migrations" not in p.parts}
-    assert core & app == SAME_THING_TWO_LAYERS
-    stems = [p.stem for pkg in ("scoring", "training") for p in (ROOT / pkg).rglob("*.py") if p.stem != "__init__"]
+    assert set(stems) & app == SAME_THING_TWO_LAYERS
     assert len(stems) == len(set(stems)), sorted({s for s in stems if stems.count(s) > 1})
 
 

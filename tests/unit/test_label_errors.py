@@ -1,4 +1,4 @@
-"""training/label_errors.py: the confident-learning rule on small arrays whose answer is known, and the
+"""predictor/label_errors.py: the confident-learning rule on small arrays whose answer is known, and the
 out-of-fold probabilities (no row judged by a model that saw its label)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.label_errors import LabelErrorInputError, find_label_errors, out_of_fold_proba
+from predictor.label_errors import LabelErrorInputError, find_label_errors, out_of_fold_proba
 
 
 def test_a_label_the_predictor_confidently_contradicts_is_the_one_suspect() -> None:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring import portfolio
-from scoring.acquisition import committee_uncertainty, select_portfolio
-from scoring.portfolio import ARMS, MIN_SHARE, ArmGain, allocate, estimate_gains, split, split_labels
-from scoring.strategies import Inputs, strategy
+from acquisition import portfolio
+from acquisition.batch import committee_uncertainty, select_portfolio
+from acquisition.portfolio import ARMS, MIN_SHARE, ArmGain, allocate, estimate_gains, split, split_labels
+from acquisition.strategies import Inputs, strategy
 
 shares_st = st.lists(st.floats(0.01, 1.0), min_size=1, max_size=4).map(
     lambda w: {f"a{i}": x / sum(w) for i, x in enumerate(w)}

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.blend import blend
-from training.calibrate import Calibrator
-from training.predictor import Predictor, PredictorInputError, ProxyRef, labels_hash
+from predictor.blend import blend
+from predictor.calibrate import Calibrator
+from predictor.model import Predictor, PredictorInputError, ProxyRef, labels_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = np.array([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.5, 0.4, 0.1], [0.3, 0.3, 0.4]]], np.float32)
@@ -75,8 +75,8 @@ def test_json_round_trip_keeps_the_fingerprint() -> None:
 def test_the_fingerprint_is_the_same_in_another_process() -> None:
     """Another interpreter, another hash seed, a weight reached by float arithmetic: the same print."""
     code = (
-        "from training.predictor import Predictor, ProxyRef\n"
-        "from training.calibrate import Calibrator\n"
+        "from predictor.model import Predictor, ProxyRef\n"
+        "from predictor.calibrate import Calibrator\n"
         "p = Predictor(adapters=('a' * 64, 'b' * 64), prompt_hash='p' * 64, weight=0.1 + 0.2,"
         f" proxy=ProxyRef({PROXY.labels_hash!r}, 3)).calibrated(Calibrator(method='temperature', temperature=1 / 3))\n"
         "print(p.fingerprint())\n"

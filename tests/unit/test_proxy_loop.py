@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from acquisition.strategies import STRATEGIES
 from annotate.simulation.proxy_loop import ProxyData, ProxySpec, run_job
-from scoring.strategies import STRATEGIES
 
 
 def _data() -> ProxyData:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.acquisition import (
+from acquisition.batch import (
     SelectionInputError,
     kcenter_greedy,
     label_mass_filter,
@@ -19,7 +19,7 @@ from scoring.acquisition import (
     select_typical,
     spherical_kmeans,
 )
-from scoring.strategies import STRATEGIES, Choice, Inputs, strategy
+from acquisition.strategies import STRATEGIES, Choice, Inputs, strategy
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -302,7 +302,7 @@ def test_hedged_cold_start_is_half_typical_half_uniform() -> None:
 
 
 def test_typical_cold_start_clusters_a_sample_of_a_large_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    import scoring.acquisition as selection
+    import acquisition.batch as selection
 
     monkeypatch.setattr(selection, "TYPICAL_MAX_POINTS", 50)
     rng = np.random.default_rng(13)
@@ -337,7 +337,7 @@ def test_typical_cold_start_refuses_bad_input() -> None:
 
 
 def test_typical_cold_start_caps_the_clusters_and_still_fills_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    import scoring.acquisition as selection
+    import acquisition.batch as selection
 
     monkeypatch.setattr(selection, "TYPICAL_MAX_CLUSTERS", 4)
     rng = np.random.default_rng(16)
@@ -351,7 +351,7 @@ def test_typical_cold_start_caps_the_clusters_and_still_fills_the_batch(monkeypa
 def test_typical_cold_start_keeps_enough_rows_for_a_batch_larger_than_the_sample(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import scoring.acquisition as selection
+    import acquisition.batch as selection
 
     monkeypatch.setattr(selection, "TYPICAL_MAX_POINTS", 10)
     x = _unit(np.random.default_rng(17), 40, 4)

@@ -21,7 +21,7 @@ from annotate.selectors.stopping import (
     round_gain,
     stable_run,
 )
-from training.evaluate import gain_with_uncertainty
+from predictor.evaluate import gain_with_uncertainty
 
 
 def _pairs(kappas: list[float | None]) -> list[PairKappa]:
@@ -115,7 +115,7 @@ def test_round_gain_reads_what_the_evaluation_stored_and_tolerates_gaps() -> Non
     assert odd is not None and (odd.gain_text, odd.ci_text, odd.labels) == ("—", "—", None)
 
 
-# -- the gain's paired interval (training.evaluate.gain_with_uncertainty) ------------------------------
+# -- the gain's paired interval (predictor.evaluate.gain_with_uncertainty) ------------------------------
 
 
 @settings(max_examples=100, deadline=None)

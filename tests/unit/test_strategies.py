@@ -1,4 +1,4 @@
-"""The acquisition strategies' contract (scoring/strategies.py), checked the same way for every
+"""The acquisition strategies' contract (acquisition/strategies.py), checked the same way for every
 registered strategy, as scikit-learn's check_estimator does for estimators: given only the inputs it
 declares, a strategy returns b distinct eligible positions (all of them when fewer are eligible) as
 int64 with a random flag each, the same ones under the same seed, never a labelled or test item, and a
@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scoring.acquisition import COLD_MODES, SelectionInputError
-from scoring.strategies import INPUT_NAMES, REGISTRY, STRATEGIES, Inputs, Strategy, cold_strategy, strategy
+from acquisition.batch import COLD_MODES, SelectionInputError
+from acquisition.strategies import INPUT_NAMES, REGISTRY, STRATEGIES, Inputs, Strategy, cold_strategy, strategy
 
 N_ITEMS, N_LABELLED, N_TEST, DIM, CLASSES = 120, 20, 20, 8, 3
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training import thresholds as th
+from predictor import thresholds as th
 
 DRAWS = 1000
 DELTA = 0.05

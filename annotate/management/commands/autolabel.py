@@ -29,8 +29,8 @@ from annotate.selectors.projects import project_by_ref
 from annotate.services import autolabel as auto
 from annotate.services import batch_api
 from annotate.services.exports_autolabel import export_dataset, export_dataset_parquet
+from predictor.calibrate import DEFAULT_TARGET
 from scoring.batch_manifest import ManifestError
-from training.calibrate import DEFAULT_TARGET
 
 
 def _project(ref: str) -> Project:

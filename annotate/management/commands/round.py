@@ -21,11 +21,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from acquisition.strategies import STRATEGIES
 from annotate.api import round_json
 from annotate.models import Project, Round
 from annotate.selectors.projects import project_by_ref
 from annotate.services import rounds
-from scoring.strategies import STRATEGIES
 
 
 def _project(ref: str) -> Project:

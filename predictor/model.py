@@ -2,8 +2,8 @@
 
 One frozen, versioned object names everything an item's probabilities depend on — the K adapters
 (their content hashes, in member order), the rendered prompt (its prefix hash), the embedding proxy
-(the labels it is fitted on), the blend weight (training/blend.py) and the calibrator
-(training/calibrate.py, auto-labelling's) — and ``probabilities`` is the one place where the
+(the labels it is fitted on), the blend weight (predictor/blend.py) and the calibrator
+(predictor/calibrate.py, auto-labelling's) — and ``probabilities`` is the one place where the
 members are averaged, blended with the proxy and calibrated. Selection's Prediction rows, the
 evaluation the ML page shows and auto-labelling's calibration and decisions all call it, and its
 ``fingerprint`` is the model version stamped on their rows and the drift key of auto-labelling.
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from predictor.blend import blend
+from predictor.calibrate import Calibrator
 from scoring.uncertainty import mean_distribution
-from training.blend import blend
-from training.calibrate import Calibrator
 
 VERSION = 1  # bump when the meaning of a part (or how probabilities are made from them) changes
 FLOAT_DIGITS = 9  # significant digits a float keeps in the fingerprint: no repr or platform noise

@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from scoring.acquisition import (
+from acquisition.batch import (
     COLD_MODES,
     DEFAULT_SOFTRANK_BETA,
     ColdMode,
@@ -58,7 +58,7 @@ class UnknownStrategyError(SelectionInputError):
 class Inputs:
     """What a strategy may read about the ``n`` eligible rows (row i of every array is eligible row
     i). Only the inputs the strategy declares need be given; the knobs come from the round's
-    selection options (scoring.acquisition.SelectionConfig)."""
+    selection options (acquisition.batch.SelectionConfig)."""
 
     n: int
     uncertainty: np.ndarray | None = None  # float[N], higher = more uncertain

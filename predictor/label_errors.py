@@ -8,7 +8,7 @@ that holds for some j != g (the most probable such j is the suggestion) and p[i,
 per class keep a class the predictor is timid about (rare, hard) from being read as noise.
 
 Out of sample matters: a predictor that trained on an item has learned its label, right or wrong, and
-contradicts almost nothing. ``out_of_fold_proba`` fits the embedding proxy (scoring/embedding_proxy.py) k times,
+contradicts almost nothing. ``out_of_fold_proba`` fits the embedding proxy (predictor/embedding_proxy.py) k times,
 each time on the other folds, so every item is judged by a model that never saw its label.
 
 Nothing here changes a label: a lead decides (annotate/services/label_errors.py). Pure numpy; no Django.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring.embedding_proxy import fit_proxy
+from predictor.embedding_proxy import fit_proxy
 
 # Five folds: each fit sees 80 % of the labels (close to the full model's view) and the five fits cost
 # milliseconds on cached embeddings.

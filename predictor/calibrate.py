@@ -4,7 +4,7 @@ measured precision, the label-order bias check, budget and ETA.
 
 Conventions: ``p`` is a distribution over C labels ([N, C], rows sum to 1), ``y`` gold class indices
 [N]. A *confidence* is the calibrated probability of the predicted class. The threshold rule is the
-one auto-accept is allowed to use (``training.thresholds``, re-exported here): a bound from
+one auto-accept is allowed to use (``predictor.thresholds``, re-exported here): a bound from
 fixed-sequence testing, never a point estimate.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from training.evaluate import expected_calibration_error, reliability_bins
-from training.thresholds import (  # the auto-accept rule lives there; re-exported for the callers here
+from predictor.evaluate import expected_calibration_error, reliability_bins
+from predictor.thresholds import (  # the auto-accept rule lives there; re-exported for the callers here
     DEFAULT_DELTA,
     DEFAULT_TARGET,
     MIN_ITEMS_PER_CLASS,

@@ -5,7 +5,7 @@ No one rule wins everywhere. Margin sampling is the robust winner of the cheap l
 mislabelled ones; random is never far behind on easy sets. So the ``portfolio`` strategy keeps a
 few rules (ARMS) and splits the non-random part of every batch among them by the evidence of the
 labels they have already brought (active learning by learning, Hsu & Lin 2015), measured with the
-cheap proxy (scoring.embedding_proxy, Selection-via-Proxy, Coleman et al. 2020):
+cheap proxy (predictor.embedding_proxy, Selection-via-Proxy, Coleman et al. 2020):
 
 - **The evidence.** Every labelled item remembers the arm that picked it. What an arm's picks are
   worth is measured the way they are used — inside the whole labelled set, not alone (a set of
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring.embedding_proxy import fit_proxy
+from predictor.embedding_proxy import fit_proxy
 
-# The rules the portfolio chooses among (scoring.acquisition draws each arm's picks):
+# The rules the portfolio chooses among (acquisition.batch draws each arm's picks):
 # "margin": highest committee uncertainty (1 - margin), near-duplicates skipped;
 # "softrank": the default strategy's draws, probability ∝ 1/rank of that uncertainty;
 # "random": uniform over the eligible pool.

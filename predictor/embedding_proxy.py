@@ -3,7 +3,7 @@
 Selection-via-Proxy (Coleman et al., 2020): a model that trains in milliseconds on the frozen
 MiniLM embeddings the loop already caches ranks items nearly as well as the big model in early
 rounds, and it does not share the LLM ensemble's blind spots. The default strategy uses it as one
-more committee member (scoring.acquisition.select_committee). Pure numpy/torch, no Django.
+more committee member (acquisition.batch.select_committee). Pure numpy/torch, no Django.
 
 The objective is scikit-learn's ``LogisticRegression(C=C)`` with the lbfgs solver and a
 multinomial loss: Σ_i CE(W x_i + b, y_i) + ||W||² / (2C), rows L2-normalised first, the

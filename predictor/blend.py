@@ -2,7 +2,7 @@
 on held-out labels. Plain numpy, no Django.
 
 Why: the K LoRA adapters and the proxy (logistic regression on the cached MiniLM embeddings,
-scoring.embedding_proxy) make different mistakes, and which of them is stronger depends on the project and on
+predictor.embedding_proxy) make different mistakes, and which of them is stronger depends on the project and on
 how many labels it has (on the shared sets the proxy is ahead at 100 labels on SNIPS and close at
 1,000 on CLINC150's 151 intents, the adapters far ahead on TREC and emotion). A fixed average is not
 robust (bench/RESULTS.md, session 6: +1.2 over the adapters on SNIPS@200, −6.8 under the proxy on

@@ -22,7 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-# The strategies that combine these functions, and what each reads: scoring/strategies.py.
+# The strategies that combine these functions, and what each reads: acquisition/strategies.py.
 
 # Cosine similarity above which two texts count as near-duplicates (paraphrase-level for MiniLM):
 # labelling the second teaches the model almost nothing the first did not.
@@ -346,7 +346,7 @@ def committee_distribution(
     """The committee's label distribution [N, C]. Without ``weight`` (committee "members", the default):
     the K adapters' mean and the proxy as one more member, (K·p̄ + p_proxy) / (K + 1). With it (committee
     "blend"): the round's own predictor, w·p̄ + (1 - w)·p_proxy at the blend weight w the last evaluation
-    fitted (training/blend.py), so the draws follow the uncertainty of what actually predicts."""
+    fitted (predictor/blend.py), so the draws follow the uncertainty of what actually predicts."""
     llm = np.asarray(mean_p, dtype=np.float64)
     proxy = np.asarray(proxy_p, dtype=np.float64)
     if llm.shape != proxy.shape or llm.ndim != 2:
@@ -401,11 +401,11 @@ def select_portfolio(
     rng: RngLike,
     beta: float = DEFAULT_SOFTRANK_BETA,
 ) -> Selection:
-    """The adaptive portfolio's batch (scoring.portfolio): the random slice, then the rest split by
+    """The adaptive portfolio's batch (acquisition.portfolio): the random slice, then the rest split by
     ``shares`` among the arms — "margin" (top committee uncertainty), "softrank" (the default's
     draws), "random" (uniform) — near-duplicates skipped for the first two. ``arms`` names each
     pick's arm (the slice counts as "random": it is a uniform draw too)."""
-    from scoring.portfolio import ARMS, allocate
+    from acquisition.portfolio import ARMS, allocate
 
     p, x, seeds = _committee_inputs(committee_p, emb, labeled_emb, b, random_share)
     if set(shares) - set(ARMS) or not shares:
@@ -612,3 +612,28 @@ class SelectionConfig:
     # Whose uncertainty the soft rank follows: "members" (the K adapters and the proxy as K + 1 equal
     # members) or "blend" (the round's predictor at its fitted weight): committee_distribution.
     committee: Committee = "members"
+
+
+# -- the signals selection reads ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What selection needs from the scores of the full rows."""
+
+    mean_p: np.ndarray  # float32[N, C]
+    mass_mean: np.ndarray  # float[N]
+    uncertainty: np.ndarray  # float[N]
+    review: np.ndarray  # bool[N]: label mass under the threshold → review bucket
+
+
+def signals(p: np.ndarray, mass: np.ndarray, config: SelectionConfig) -> Signals:
+    from scoring.uncertainty import mean_distribution, uncertainty
+
+    mass_mean = mass.mean(axis=0) if len(p) else np.zeros(0)
+    return Signals(
+        mean_p=mean_distribution(p) if p.shape[1] else np.zeros((0, p.shape[2] if p.ndim == 3 else 0)),
+        mass_mean=mass_mean,
+        uncertainty=uncertainty(config.uncertainty, p, mass) if p.shape[1] else np.zeros(0),
+        review=label_mass_filter(mass_mean, config.mass_threshold) if p.shape[1] else np.zeros(0, bool),
+    )
