@@ -52,7 +52,6 @@ LORA_DTYPES = ("bfloat16", "float16")  # what vLLM's LoRA kernels (lora_expand /
 PREFIX_HASH_ALGOS = frozenset({"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"})
 BLOCK_SIZES = (16, 32, 64, 128)
 WARMUP_TEXT = "."  # the item of the one request per adapter that puts the shared prefix in the cache (score())
-# label_logprob_width: at most MAX_LABELS (scoring.labels), the most labels a task may have
 WIDE_CHECK_ITEMS = 16  # items scored both ways (one wide request, label chunks) on an engine's first wide call
 # The two ways batch differently (K×N requests against 2×K×N), and bfloat16 scores move with the batch: session 26
 # measured max |Δp| 0.038 between two batchings of the same items (no batch-invariant kernels), and session 31's
