@@ -429,7 +429,12 @@ class Throughput:
         running = [s for s in shards if s["status"] == "running" and s["worker"]]
         if not running:
             return {}
-        pid = int(running[0]["worker"].rpartition(":")[2])
+        return self.kill_process(running[0], shards)
+
+    def kill_process(self, running: dict[str, Any], shards: list[dict[str, Any]]) -> dict[str, Any]:
+        """SIGKILL the deployment's gpu worker whose pool child (``host:pid``) holds the shard ``running``
+        (its whole process group), then start a fresh one under the same name."""
+        pid = int(running["worker"].rpartition(":")[2])
         owner = parent_pid(pid)
         name = next((n for n, p in self.d.procs.items() if p.pid in (owner, pid)), "")
         if not name:
@@ -440,11 +445,11 @@ class Throughput:
         index = int(name.rsplit("-", 1)[1])
         started = time.time()
         self.d.start("gpu-worker", name=name, env=self.gpu_env, node=f"gpu{index}-{self.d.tag}@%h")
-        log(f"throughput: SIGKILLed {name} (pool child {pid}, shard {running[0]['shard']}); a fresh one started")
+        log(f"SIGKILLed {name} (pool child {pid}, shard {running['shard']}); a fresh one started")
         return {
             "worker": name,
             "pid": pid,
-            "shard": running[0]["shard"],
+            "shard": running["shard"],
             "at": at,
             "started": started,
             "shards_before": shards,
@@ -454,6 +459,281 @@ class Throughput:
         self.rounds.append(record)
         with self.out.open("a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+# -- the auto-labelling bulk job in the deployed shape (issue 31) --------------------------------------------
+
+
+def autolabel_texts(data_dir: Path, n: int, target: Path) -> dict[str, str]:
+    """``n`` items from the set's train split repeated with a per-copy suffix ("<text> #<copy>" from the
+    second copy on: a different item, the same length to a token or two), each with its text's true
+    label (the import keeps a ``label`` column as the item's hidden gold label); written as
+    id,text,label. Returns text → label: what the oracle annotators know."""
+    rows = _rows(data_dir / "train.csv")
+    gold: dict[str, str] = {}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "label"])
+        for i in range(n):
+            copy, j = divmod(i, len(rows))
+            text = rows[j][0] if copy == 0 else f"{rows[j][0]} #{copy}"
+            gold[text] = rows[j][1]
+            writer.writerow((f"al-{i}", text, rows[j][1]))
+    return gold
+
+
+def eta_errors(samples: list[list[Any]], t_end: float, n: int, at: tuple[float, ...]) -> dict[str, Any]:
+    """The ETA the app showed once each share ``at`` of the items was done against the actual end:
+    predicted and actual seconds left, and the error as a share of the actual (None where no sample
+    with an ETA passed that share). ``samples``: [t, status, items_done, n_items, eta_seconds]."""
+    out: dict[str, Any] = {}
+    for share in at:
+        seen = next((s for s in samples if n and s[2] >= share * n and s[4] is not None), None)
+        if seen is None:
+            out[f"{round(share * 100)}%"] = None
+            continue
+        actual = t_end - seen[0]
+        out[f"{round(share * 100)}%"] = {
+            "t": round(seen[0], 2),
+            "done": seen[2],
+            "predicted_left": round(seen[4], 2),
+            "actual_left": round(actual, 2),
+            "error": round((seen[4] - actual) / actual, 3) if actual > 0 else None,
+        }
+    return out
+
+
+class Autolabel:
+    """ "Label the pool" as a team runs it, through the gpu queue of the deployment: a bulk project
+    holding the first project's production ensemble (K as deployed) over ``items`` items; the gold set
+    and the calibration split drawn on the ML page and labelled over HTTP by the oracle annotators; the
+    calibration and the run requested and read over the REST API (annotate/api_autolabel.py). With
+    ``kill``, a gpu worker holding a running shard is SIGKILLed once ``kill_at`` of the items are done
+    and a fresh one started under its name (Throughput.kill_one). Then the database's word on the run
+    (0 lost, 0 written twice, shards, dead letters, tiers), a re-run that must score nothing, and a
+    prompt change that must re-score exactly what it changed. One JSON line per step in autolabel.jsonl."""
+
+    ETA_AT = (0.1, 0.25, 0.5)
+
+    def __init__(
+        self,
+        *,
+        deployment: Deployment,
+        args: argparse.Namespace,
+        gpu_env: dict[str, str],
+        sessions: list[requests.Session],
+        ml: requests.Session,
+        commit: str,
+    ) -> None:
+        self.d, self.a, self.sessions, self.ml, self.commit = deployment, args, sessions, ml, commit
+        self.killer = Throughput(deployment=deployment, args=args, gpu_env=gpu_env)
+        self.out = args.out / "autolabel.jsonl"
+        self.project = 0
+        self.k = 0
+        self.gold: dict[str, str] = {}
+
+    def run(self, source: int) -> None:
+        self.make_project(source)
+        self.calibrate("calibration")
+        first = self.one_run("run", kill=self.a.autolabel_kill)
+        self.check(first)
+        self.one_run("rerun", kill=False)
+        self.prompt_change(first)
+
+    def _write(self, step: str, record: dict[str, Any]) -> dict[str, Any]:
+        record = {"step": step, "commit": self.commit, "project": self.project, **record}
+        with self.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        return record
+
+    def make_project(self, source: int) -> None:
+        a, d = self.a, self.d
+        name, folder = a.data[0]
+        csv_path = a.work / "data" / "autolabel.csv"
+        self.gold = autolabel_texts(Path(folder), a.autolabel, csv_path)
+        t0 = time.time()
+        made = d.call(
+            "devtools.deployed_project:throughput_project",
+            source=source,
+            name="auto-labelling (deployed run)",
+            texts_csv=str(csv_path),
+            model_dir=a.model_dir,
+            engine=a.engine,
+            # labelling the gold set and the calibration split never trains: the run scores with the
+            # source's ensemble (K as deployed); only an ML user's "Retrain now" would train this project
+            knobs={"auto_retrain_share": 0.0},
+        )
+        self.project = int(made["project"])
+        self.k = len(made["adapters"])
+        pool = f"{name}'s train split ({len(_rows(Path(folder) / 'train.csv'))} texts) repeated with ' #<copy>'"
+        self._write(
+            "project", {**made, "k": len(made["adapters"]), "pool": pool, "seconds": round(time.time() - t0, 2)}
+        )
+        log(f"autolabel: project {self.project}, {made['items']} items ({pool}), K={len(made['adapters'])}")
+
+    def _ml_post(self, path: str, data: dict[str, Any]) -> int:
+        """A form of the ML page's auto-labelling panel, posted as a browser does (CSRF from the cookie)."""
+        url = f"{self.d.url}/p/{self.project}/ml/autolabel/{path}/"
+        headers = {"X-CSRFToken": str(self.ml.cookies["csrftoken"]), "Referer": url}
+        return self.ml.post(url, data, headers=headers, timeout=300).status_code
+
+    def calibrate(self, step: str) -> dict[str, Any]:
+        """The gold set and the calibration split drawn on the ML page (once: later calibrations reuse
+        them), labelled over HTTP by the oracle annotators; the calibration requested over the API and
+        waited for (it runs on the gpu queue)."""
+        a, d = self.a, self.d
+        t0 = time.time()
+        record: dict[str, Any] = {}
+        if step == "calibration":
+            record["draws"] = {
+                "gold": self._ml_post("gold", {"per_class": a.autolabel_gold}),
+                "split": self._ml_post("split", {"n": a.autolabel_split}),
+            }
+            record["labelled_over_http"] = label_concurrently(self.sessions, d.url, self.project, self.gold)
+            record["t_labelled"] = round(time.time() - t0, 2)
+        record["held_out"] = d.call("devtools.deployed_project:held_out_counts", project=self.project)
+        response = api(d.url, TOKEN, "POST", f"/api/projects/{self.project}/calibrations/", json={})
+        if response.status_code != 201:
+            raise RuntimeError(f"calibration refused ({response.status_code}): {response.text[:500]}")
+        body = self._wait(f"/api/calibrations/{response.json()['id']}/", ("done", "failed"))
+        if body["status"] != "done":
+            raise RuntimeError(f"calibration {body['id']} {body['status']}: {body.get('error')}")
+        record["seconds"] = round(time.time() - t0, 2)
+        record["calibration"] = {k: body.get(k) for k in ("id", "n_items", "n_calibration", "ece_before", "ece_after")}
+        record["key"] = {"prompt_hash": body["prompt_hash"], "adapter_set_hash": body["adapter_set_hash"]}
+        record["budget"] = body.get("budget")
+        record["thresholds"] = [
+            {k: r.get(k) for k in ("tier", "label", "threshold", "needed")} for r in body.get("thresholds") or []
+        ]
+        self._write(step, record)
+        log(f"autolabel: {step} {body['id']} done in {record['seconds']} s ({record['held_out']})")
+        return body
+
+    def _wait(self, path: str, end: tuple[str, ...]) -> dict[str, Any]:
+        deadline = time.monotonic() + self.a.step_timeout
+        while time.monotonic() < deadline:
+            body: dict[str, Any] = api(self.d.url, TOKEN, "GET", path).json()
+            if body["status"] in end:
+                return body
+            time.sleep(0.5)
+        raise RuntimeError(f"{path} not {'/'.join(end)} after {self.a.step_timeout:.0f} s")
+
+    def one_run(self, step: str, *, kill: bool) -> dict[str, Any]:
+        """A run requested over the API and polled every 0.5 s to its end (progress, the ETA the app
+        shows), with the kill once ``--autolabel-kill-at`` of its items are done."""
+        a, d = self.a, self.d
+        t0 = time.time()
+        response = api(d.url, TOKEN, "POST", f"/api/projects/{self.project}/autolabel/", json={})
+        record: dict[str, Any] = {"kill": kill, "t_request": t0, "http": response.status_code}
+        if response.status_code != 201:  # a refusal is what the app does (a re-run may be refused)
+            record["refused"] = response.text[:1000]
+            log(f"autolabel: {step} refused ({response.status_code}): {response.text[:200]}")
+            return self._write(step, record)
+        run_id = int(response.json()["id"])
+        samples: list[list[Any]] = []
+        killed: dict[str, Any] = {}
+        body: dict[str, Any] = {}
+        while time.time() - t0 < a.step_timeout:
+            body = api(d.url, TOKEN, "GET", f"/api/autolabel/{run_id}/").json()
+            p = body["progress"]
+            samples.append(
+                [round(time.time() - t0, 2), body["status"], p["items_done"], p["n_items"], body["eta_seconds"]]
+            )
+            if body["status"] not in ("pending", "running"):
+                break
+            if kill and not killed and p["n_items"] and p["items_done"] >= a.autolabel_kill_at * p["n_items"]:
+                killed = self.kill(run_id)
+            time.sleep(0.5)
+        t_end = samples[-1][0] if samples else None
+        running = next((s[0] for s in samples if s[1] == "running"), None)
+        n = body.get("progress", {}).get("n_items", 0)
+        record.update(run=run_id, status=body.get("status"), reason=body.get("reason"), t_end=t_end, n_items=n)
+        record.update(items_done=body.get("progress", {}).get("items_done"), killed=killed, samples=samples)
+        record.update(tiers=body.get("tiers"), dead_letters=body.get("dead_letters"))
+        record["prefix_cache_hit_rate"] = body.get("prefix_cache_hit_rate")
+        record["app_items_per_second"] = body.get("items_per_second")
+        if t_end and n and body.get("status") == "done":
+            k = self.k
+            record.update(k=k, items_per_s=round(n / t_end, 2), requests_per_s=round(n * k / t_end, 2))
+            record["t_running"] = running
+            record["eta"] = eta_errors(samples, t_end, n, self.ETA_AT)
+        log(
+            f"autolabel: {step} {run_id} {body.get('status')}: {n} items in {t_end} s"
+            f" ({record.get('items_per_s')} items/s){kill_outcome(killed) if kill else ''}"
+        )
+        return self._write(step, record)
+
+    def kill(self, run_id: int) -> dict[str, Any]:
+        """SIGKILL the gpu worker whose pool child holds a running shard of the run, start a fresh one
+        under its name (Throughput.kill_one, on the run's shards)."""
+        shards = self.d.call("devtools.deployed_project:autolabel_shards", run_id=run_id)
+        running = [s for s in shards if s["status"] == "running" and s["worker"]]
+        if not running:
+            return {}  # looked again at the next poll
+        return self.killer.kill_process(running[0], shards)
+
+    def check(self, first: dict[str, Any]) -> None:
+        if not first.get("run"):
+            return
+        facts = self.d.call("devtools.deployed_project:autolabel_facts", run_id=first["run"])
+        budget = self._budget_row()
+        record = {"run": first["run"], **facts, "budget_vs_actual": {"estimate": budget, "actual_wall": first["t_end"]}}
+        self._write("checks", record)
+        log(
+            f"autolabel: checks of run {first['run']}: {facts['rows_planned']}/{facts['planned']} planned items"
+            f" decided, lost {facts['n_lost']}, twice {facts['duplicate_rows'] + facts['progress_overcount']},"
+            f" dead letters {facts['dead_letters']['by_reason']}, decisions {facts['decisions']}"
+        )
+
+    def _budget_row(self) -> dict[str, Any] | None:
+        """The first calibration's budget for this deployment's gpu workers (the row of the largest
+        worker count not above them)."""
+        for line in self.out.read_text().splitlines():
+            record = json.loads(line)
+            if record["step"] == "calibration" and record.get("budget"):
+                rows = [r for r in record["budget"].get("rows", []) if r["workers"] <= self.a.gpu_workers]
+                if rows:
+                    return {
+                        **rows[-1],
+                        "wall_s": round(rows[-1]["wall_hours"] * 3600, 1),
+                        "n": record["budget"]["n_items"],
+                    }
+        return None
+
+    def prompt_change(self, first: dict[str, Any]) -> None:
+        """The instructions edited as the ML page does. The adapters' round froze the prompt they were
+        trained under, so a run right after the edit still renders the old one (nothing to re-do); the
+        edit reaches auto-labelling with the next production round (here the same ensemble as a new
+        finished round frozen after the edit, untrained): a run is then refused until recalibrated, and
+        after that must re-score every item still open in the pool, each once."""
+        d = self.d
+        edited = d.call(
+            "devtools.deployed_project:edit_instructions",
+            project=self.project,
+            instructions="Classify the text into exactly one label. Read the whole text before answering.",
+        )
+        self._write("prompt_edit", {"edit": edited})
+        self.one_run("after_edit", kill=False)
+        promoted = d.call("devtools.deployed_project:promote_ensemble", project=self.project)
+        refused = self.one_run("drifted", kill=False)
+        body = self.calibrate("recalibration")
+        key = {"prompt_hash": body["prompt_hash"], "adapter_set_hash": body["adapter_set_hash"]}
+        expected = d.call("devtools.deployed_project:autolabel_open", project=self.project, **key)
+        again = self.one_run("prompt_change", kill=False)
+        facts = d.call("devtools.deployed_project:autolabel_facts", run_id=again["run"]) if again.get("run") else {}
+        record = {
+            "promoted": promoted,
+            "drift_reason": refused.get("reason"),
+            "expected": expected,
+            "rows_written": facts.get("rows_of_run"),
+            "planned": facts.get("planned"),
+            "n_lost": facts.get("n_lost"),
+            "duplicate_rows": facts.get("duplicate_rows"),
+            "dead_letters": (facts.get("dead_letters") or {}).get("n"),
+        }
+        self._write("prompt_change_checks", record)
+        log(f"autolabel: prompt change: {record['rows_written']} rows written, expected {expected['to_score']}")
 
 
 # -- the run -----------------------------------------------------------------------------------------------
@@ -566,6 +846,21 @@ def main(argv: list[str] | None = None) -> int:
             with gpu_monitors(a.out, suffix="-throughput"):
                 Throughput(deployment=deployment, args=a, gpu_env=gpu_env).run(projects[0].project)
             run["throughput"] = "done"
+        if a.autolabel:
+            if a.autolabel_wait_for:  # e.g. other GPU work of the sitting: the bulk job's figures alone on the GPU
+                t1 = time.time()
+                wait_for(a.autolabel_wait_for, a.wait_timeout)
+                run["autolabel_waited_s"] = round(time.time() - t1, 1)
+            with gpu_monitors(a.out, suffix="-autolabel"):
+                Autolabel(
+                    deployment=deployment,
+                    args=a,
+                    gpu_env=gpu_env,
+                    sessions=sessions,
+                    ml=ml,
+                    commit=run["versions"]["commit"],
+                ).run(projects[0].project)
+            run["autolabel"] = "done"
     except (Exception, SystemExit) as exc:
         run["error"] = f"{type(exc).__name__}: {exc}"[:4000]
         log(f"run failed: {run['error']}\n{traceback.format_exc()}")
@@ -636,6 +931,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--kill", action="store_true", help="then one more round like the largest, with a gpu worker killed")
     p.add_argument("--kill-at", type=float, default=0.4, help="share of the items scored when the kill comes")
+    p.add_argument(
+        "--autolabel",
+        type=int,
+        default=0,
+        help="after the projects (and --throughput): the auto-labelling bulk job over ITEMS items (the first"
+        " --data set's train texts repeated with a per-copy suffix) with the first project's ensemble",
+    )
+    p.add_argument("--autolabel-kill", action="store_true", help="SIGKILL a gpu worker holding a running shard")
+    p.add_argument("--autolabel-wait-for", default="", help="a file that must exist before the --autolabel phase")
+    p.add_argument("--autolabel-kill-at", type=float, default=0.3, help="share of the run's items done at the kill")
+    p.add_argument("--autolabel-gold", type=int, default=10, help="gold items per class (the ML page's draw)")
+    p.add_argument("--autolabel-split", type=int, default=500, help="calibration split items (the ML page's draw)")
     a = p.parse_args(argv)
     if not a.model_dir:
         p.error("--model-dir (or LLM_DIR) names the base model's directory")

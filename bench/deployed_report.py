@@ -260,6 +260,8 @@ def report(out: Path, sim: Sequence[str], sim_strategy: str) -> str:
     lines += ["", curve_table(out, sim, sim_strategy)]
     if table := throughput_table(out):
         lines += ["", table]
+    if table := autolabel_table(out):
+        lines += ["", table]
     return "\n".join(lines)
 
 
@@ -369,6 +371,93 @@ def throughput_table(out: Path) -> str:
                 f" {fmt(warm.get('engine_start_s'))} s, lock wait {fmt(warm.get('lock_wait_s'))} s), first task"
                 f" done {fmt(warm.get('first_task_s'))} s after it started."
             )
+    return "\n".join(lines)
+
+
+def _eta_cell(eta: dict[str, Any] | None) -> str:
+    if not eta:
+        return "–"
+    return f"{100 * eta['error']:+.0f} % ({eta['predicted_left']:.0f} s vs {eta['actual_left']:.0f} s)"
+
+
+def _kill_cell(run: dict[str, Any], checks: dict[str, Any]) -> str:
+    kill = run.get("killed") or {}
+    if not kill.get("worker"):
+        return "asked, none running" if run.get("kill") else "no kill"
+    shard = {s["shard"]: s for s in checks.get("shards") or []}.get(kill["shard"], {})
+    redone = [s["shard"] for s in checks.get("shards") or [] if s.get("attempts", 1) > 1]
+    return (
+        f"{kill['worker']} (shard {kill['shard']}) at {kill.get('at', 0) - run['t_request']:.1f} s;"
+        f" run {run['status']}, shard {kill['shard']}: {shard.get('attempts')} claims;"
+        f" shards claimed again: {redone or 'none'}"
+    )
+
+
+def autolabel_table(out: Path) -> str:
+    """The bulk job of bench/deployed_loop.py --autolabel: one row per quantity of the run (items, K,
+    wall, rates, GPU busy, the ETA the app showed at 10/25/50 % against the actual end, its budget
+    estimate against the wall time, the kill, the database's count of lost and twice-written items,
+    dead letters, tiers), then the re-run and the prompt change."""
+    path = out / "autolabel.jsonl"
+    if not path.is_file():
+        return ""
+    steps: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            steps[record["step"]] = record
+    run, checks = steps.get("run", {}), steps.get("checks", {})
+    project = steps.get("project", {})
+    window = (
+        [(run["t_request"] + (run.get("t_running") or 0.0), run["t_request"] + run["t_end"])]
+        if run.get("t_end")
+        else []
+    )
+    samples = gpu_samples(out / "gpu-autolabel.csv")
+    peak = float(samples[:, 2].max()) if len(samples) else None
+    budget = (checks.get("budget_vs_actual") or {}).get("estimate") or {}
+    eta = run.get("eta") or {}
+    letters = checks.get("dead_letters") or {}
+    rerun, change = steps.get("rerun", {}), steps.get("prompt_change_checks", {})
+    twice = None if not checks else checks["duplicate_rows"] + checks["progress_overcount"]
+    rows = [
+        ("pool", f"{project.get('items')} items: {project.get('pool')}"),
+        ("items scored / K", f"{run.get('n_items')} / {run.get('k', project.get('k'))}"),
+        ("wall (request → done) s", fmt(run.get("t_end"))),
+        ("items/s", f"**{fmt(run.get('items_per_s'))}**"),
+        ("requests/s (items × K)", fmt(run.get("requests_per_s"), 0)),
+        ("GPU busy % (run) / peak memory MiB", f"{fmt(busy_share(samples, window), 0)} / {fmt(peak, 0)}"),
+        *((f"ETA error at {k} (predicted vs actual left)", _eta_cell(eta.get(k))) for k in ("10%", "25%", "50%")),
+        (
+            "budget estimate vs actual wall",
+            f"{fmt(budget.get('wall_s'))} s ({budget.get('workers')} workers, {budget.get('n')} items)"
+            f" vs {fmt(run.get('t_end'))} s"
+            if budget
+            else "–",
+        ),
+        ("kill", _kill_cell(run, checks) if run else "–"),
+        ("lost / written twice", f"{checks.get('n_lost')} / {twice}"),
+        ("dead letters", f"{letters.get('n')} {letters.get('by_reason') or ''}".strip()),
+        ("decisions (audit pending)", f"{checks.get('decisions')} ({checks.get('audit_pending')})"),
+        (
+            "tiers",
+            "; ".join(f"{t['tier']}: {t['accepted']}/{t['tried']} accepted" for t in checks.get("tiers") or []) or "–",
+        ),
+        ("re-run", f"{rerun.get('status')}, {rerun.get('n_items')} items" if rerun else "–"),
+        *(
+            (f"after the prompt edit: {name}", f"{r.get('status')}, {r.get('n_items')} items {r.get('reason') or ''}")
+            for name, r in (("run", steps.get("after_edit")), ("run, next round", steps.get("drifted")))
+            if r
+        ),
+        (
+            "prompt change: rows written / expected",
+            f"{change.get('rows_written')} / {(change.get('expected') or {}).get('to_score')}" if change else "–",
+        ),
+    ]
+    lines = ["Auto-labelling (bulk job)", "", "| | |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in rows]
+    for letter in letters.get("first") or []:
+        lines.append(f"\ndead letter {letter['item']}: {letter['reason']}: {letter['detail']}")
     return "\n".join(lines)
 
 

@@ -175,6 +175,11 @@ PREWARM=${PREWARM:-$ENGINE}          # the gpu workers start their engine when t
 THROUGHPUT=${THROUGHPUT:-}           # after the projects: WORKERS:ITEMS,... scoring rounds (deployed_loop.py --throughput)
 TP_SETS=${TP_SETS:-}                 # the sets whose texts make the throughput pool (default: SETS)
 KILL=${KILL:-}                       # 1: then a round like the largest with a gpu worker SIGKILLed mid-scoring
+# AUTOLABEL=ITEMS: then the auto-labelling bulk job (deployed_loop.py --autolabel) over ITEMS items, the first
+# set's train texts repeated with a per-copy suffix, scored by its project's last production ensemble through
+# the gpu queue; AUTOLABEL_KILL=1: a gpu worker holding a running shard SIGKILLed at 30 % of the items
+AUTOLABEL=${AUTOLABEL:-}
+AUTOLABEL_KILL=${AUTOLABEL_KILL:-}
 # SIM_SEEDS=N: beside the deployed run, the in-process simulation of the first set with the deployed run's
 # options (the GPU profile, K=4, the comparison arms, B=50 after 100 seed labels), N seeds, hf engine, to
 # SIM_LABELS labels: issue 35 point 2 compares the two curves (bench/deployed_report.py --sim). The seed set in two
@@ -195,6 +200,15 @@ PARITY_N=${PARITY_N:-}               # the first N rows of the test split only (
 # more variants beside the app's engines, a comma list (default hf-fp32; e.g. "hf-fp32,hf-fp16,vllm-fp16": float16 in both)
 PARITY_VARIANTS=${PARITY_VARIANTS:-hf-fp32}
 # its vLLM engines' GPU share and CUDA graphs: the gpu workers are still up (the throughput rounds follow)
+# SIM_SETS="trec sst2 ...": auto-labelling measured on held-out items (issue 31) beside the run: bench/gpu_sim.sh on
+# those sets (active, one seed, to 1,000 labels, hf engine), then per SIM_TARGETS target a calibration and the bulk job
+# over each pool's unlabelled items, checked against the oracle labels; started by `stage` once the models are there
+# (from its own copy of the tree), SIM_BUDGET seconds a set; the deployed run's AUTOLABEL phase waits until they are
+# done (its GPU figures alone on the GPU); `wait` brings their files back in sims.tgz (bench/autoaccept_sim.py: tables)
+SIM_SETS=${SIM_SETS:-}
+SIM_TARGETS=${SIM_TARGETS:-0.90,0.95}
+SIM_BUDGET=${SIM_BUDGET:-600}
+SIM_SETS_LABELS=${SIM_SETS_LABELS:-1000}
 PARITY_VLLM=${PARITY_VLLM:-'{"gpu_memory_utilization": 0.2, "cudagraph_mode": "PIECEWISE", "cudagraph_capture_sizes": [1, 8, 64, 512]}'}
 say() { echo "$(date +%H:%M:%S) [gpu_deployed $MODE] $*" | tee -a "$R/progress.log" 2>/dev/null; }
 mkdir -p "$R" 2>/dev/null
@@ -324,6 +338,18 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
   if [ -f "$M/site.tar.xz.ok" ] && [ ! -f "$VSITE/.installed" ]; then
     mkdir -p "$VSITE" && xz -T0 -dc "$M/site.tar.xz" | tar xf - -C "$VSITE" && touch "$VSITE/.installed" && say "vLLM unpacked"
   fi
+  if [ -n "$SIM_SETS" ] && [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] \
+     && [ -d "$DATA/${SIM_SETS%% *}" ] && [ ! -f "$R/sims/started" ]; then
+    mkdir -p "$R/sims/out" && rm -rf "$R/simapp" && mkdir -p "$R/simapp"
+    tar cf - --exclude=./.gstage --exclude=./.git . | tar xf - -C "$R/simapp"
+    touch "$R/sims/started"
+    SETS="$SIM_SETS" AUTOLABEL_TARGETS=$SIM_TARGETS BUDGET=$SIM_BUDGET STRATEGIES=active SEEDS=1 LABELS=$SIM_SETS_LABELS \
+      COMMIT=${RUN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)} OUT=$R/sims/out VAR_DIR=$R/sims/var \
+      MODEL=$MODELS/smollm2-135m-instruct DATA=$DATA ENCODER_DIR=$MODELS/all-MiniLM-L6-v2 PYTHONPATH=$SITE \
+      setsid nohup bash -c "bash '$R/simapp/bench/gpu_sim.sh' > '$R/sims/out/gpu_sim.log' 2>&1; touch '$R/sims/finished'" \
+      > /dev/null 2>&1 < /dev/null &
+    say "simulations started: $SIM_SETS (targets $SIM_TARGETS)"
+  fi
   if [ -f "$MODELS/smollm2-135m-instruct/config.json" ] && [ -d "$MODELS/all-MiniLM-L6-v2" ] && [ -d "$DATA/${SETS%% *}" ] \
      && [ ! -f "$RUN/started" ] && [ -z "${NO_RUN:-}" ]; then
     mkdir -p "$RUN" && rm -rf "$R/app" && mkdir -p "$R/app"
@@ -334,7 +360,7 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
     setsid nohup bash "$R/gpu_deployed.sh" run > "$RUN/run.log" 2>&1 < /dev/null &
     say "run started (pid $!)"
   fi
-  say "vLLM $([ -f "$VSITE/.installed" ] && echo installed || echo pending); run $([ -f "$RUN/started" ] && echo started || echo 'not started')"
+  say "vLLM $([ -f "$VSITE/.installed" ] && echo installed || echo pending); run $([ -f "$RUN/started" ] && echo started || echo 'not started')$([ -f "$R/sims/started" ] && echo "; simulations $([ -f "$R/sims/finished" ] && echo finished || echo running)")"
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null ;;
 
 run)  # there, detached (started by stage, from $R): services, then the driver
@@ -374,13 +400,17 @@ run)  # there, detached (started by stage, from $R): services, then the driver
         --no-report --out "$RUN/sim/out" --work "$RUN/sim/work" > "$RUN/sim/sim.log" 2>&1
       echo "simulation exit $?" >> "$RUN/sim/sim.log" ) &
   fi
+  # the bulk job (AUTOLABEL) waits until the simulations are done: its GPU figures alone on the GPU (the rounds
+  # before it share the GPU with them: their times are not this sitting's figures)
+  sims_done=(); [ -f "$R/sims/started" ] && [ -n "$AUTOLABEL" ] && sims_done=(--autolabel-wait-for "$R/sims/finished")
   after=()  # parity and the batch-invariance check, on the adapters just trained, before the throughput rounds
   [ -n "$PARITY$INVARIANCE" ] && after=(--after-projects "bash $R/gpu_deployed.sh after")
   timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \
     --annotators 8 --gpu-workers "$GPU_WORKERS" --gpu-env "$(vllm_env)" --database-url "$DB" \
     --redis-url redis://127.0.0.1:6390/0 --work "$RUN/work" --out "$RUN/out" --wait-for "$VSITE/.installed" \
     --deadline "$DEADLINE" --stop-file "$RUN/stop" --model-dir "$LLM_DIR" --loop-options "$LOOP" \
-    ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} $EXTRA \
+    ${THROUGHPUT:+--throughput "$THROUGHPUT"} ${KILL:+--kill} ${AUTOLABEL:+--autolabel "$AUTOLABEL"} \
+    ${AUTOLABEL_KILL:+--autolabel-kill} "${sims_done[@]}" $EXTRA \
     "${after[@]}"
   echo "driver exit $?"
   touch "$RUN/finished" ;;
@@ -480,14 +510,20 @@ wait)  # there: follow the run for up to $2 seconds (with "stop" as $3: no new r
   limit=${2:-540}; end=$(( $(date +%s) + limit ))
   # a fresh machine (the held one went back between calls) has no run: say so at once instead of
   # waiting out the limit on device time (session 22 lost 525 s that way)
-  [ -f "$RUN/started" ] || { echo "no run on this machine (a fresh one? the earlier run is gone): stage again"; exit 3; }
+  [ -f "$RUN/started" ] || [ -f "$R/sims/started" ] || {
+    echo "no run on this machine (a fresh one? the earlier run is gone): stage again"; exit 3; }
   [ "${3:-}" = stop ] && touch "$RUN/stop" && say "stop: no new round starts"
-  while [ "$(date +%s)" -lt "$end" ] && [ ! -f "$RUN/finished" ]; do
-    sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null
+  # done: the run finished (or none was started) and the simulations finished (or none were started)
+  done_yet() { { [ ! -f "$RUN/started" ] || [ -f "$RUN/finished" ]; } && { [ ! -f "$R/sims/started" ] || [ -f "$R/sims/finished" ]; }; }
+  while [ "$(date +%s)" -lt "$end" ] && ! done_yet; do
+    sleep 15; tail -n 2 "$RUN/run.log" 2>/dev/null; tail -n 1 "$R/sims/out/gpu_sim.log" 2>/dev/null
   done
-  [ -f "$RUN/finished" ] && say "run finished" || say "run still going"
+  [ -f "$RUN/finished" ] && say "run finished" || say "run still going (or none)"
+  [ -f "$R/sims/started" ] && say "simulations $([ -f "$R/sims/finished" ] && echo finished || echo 'still going')"
   OUT=${OUT:-bench/raw/$(date +%F)/deployed}; mkdir -p "$OUT"  # the device tool sets $OUT; elsewhere: today's raw folder
   tar czf "$OUT/run.tgz" -C "$RUN" --exclude=work --exclude=var out run.log redis.log pg-init.log sim parity invariance 2>/dev/null
+  [ -d "$R/sims/out" ] && tar czf "$OUT/sims.tgz" -C "$R/sims" out \
+    $(cd "$R/sims" && ls -d var/sim/*/logs var/sim/*/*.jsonl var/*.log 2>/dev/null)  # records, logs
   cp /tmp/gd-pg/log "$OUT/postgres.log" 2>/dev/null
   cp "$RUN/run.log" "$OUT/run.log" 2>/dev/null; cp "$R/progress.log" "$OUT/" 2>/dev/null
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; ls -la "$OUT" ;;

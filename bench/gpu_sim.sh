@@ -14,6 +14,13 @@
 # two (12 jobs, 367-376 s) reaches 1,000 labels, CLINC150 (16 layers) in two calls of 3 jobs (324 s
 # active, 262 s random; sessions 13-14); at B=100 two sets (12 jobs) a call did (sessions 6-12).
 #
+# Auto-labelling measured on held-out items (issue 31): AUTOLABEL_TARGETS=0.90,0.95 (with STRATEGIES=active
+# SEEDS=1): after each job's last round, a calibration split of 500 pool items labelled by the simulated
+# annotator, then per target a calibration and the bulk job over the rest of the pool, its accepted items
+# checked against the oracle labels (annotate/simulation/autolabel_eval.py); $OUT/autolabel.jsonl, tables by
+# bench/autoaccept_sim.py. Staged by bench/gpu_deployed.sh instead of device_install.sh: MODEL, DATA,
+# ENCODER_DIR and PYTHONPATH pointing at its folders (/root/gd/models/..., /root/gd/data, /root/gd/site).
+#
 # Results, flat in $OUT (the device tool brings back at most 8 files): records.jsonl (one JSON line per
 # round and job, every line with the commit and the loop options), sim.log (every job's progress
 # lines), gpu.csv (utilisation and memory every 2 s), procmem.csv (GPU memory per process, the
@@ -96,7 +103,7 @@ PROCMEM=$!
 # still leaves every finished round's record there (the end of the script copies them again).
 # Only this call's sets: a warm machine's VAR_DIR still holds an earlier call's (session 5's second
 # call copied the first call's records again).
-collect() { for set in $SETS; do cat "$VAR_DIR/sim/$set/records.jsonl" 2>/dev/null; done; }
+collect() { for set in $SETS; do cat "$VAR_DIR/sim/$set/${1:-records}.jsonl" 2>/dev/null; done; }
 ( while sleep 10; do collect > "$OUT/.records.tmp" && mv "$OUT/.records.tmp" "$OUT/records.jsonl"; done ) &
 COPIER=$!
 
@@ -122,10 +129,18 @@ n_jobs=$(( $(echo "$STRATEGIES" | tr ',' '\n' | wc -l) * SEEDS ))
 pids=()
 for set in $SETS; do
   rm -rf "$VAR_DIR/sim/$set" "$VAR_DIR/sim-work/$set"
-  timeout --signal=TERM --kill-after=30 "$BUDGET" python3 manage.py simulate --data "$DATA/$set" \
+  # One job runs in the command's own process, on VAR_DIR's database: a database of its own per set (six sets'
+  # commands on one SQLite file would queue on its lock), migrated first. Several jobs: each its own (subprocesses).
+  db_dir=$VAR_DIR
+  if [ "$n_jobs" -eq 1 ]; then
+    db_dir=$VAR_DIR/db-$set; rm -rf "$db_dir"; mkdir -p "$db_dir"
+    VAR_DIR=$db_dir python3 manage.py migrate -v 0 > "$VAR_DIR/$set.log" 2>&1
+  fi
+  VAR_DIR=$db_dir timeout --signal=TERM --kill-after=30 "$BUDGET" python3 manage.py simulate --data "$DATA/$set" \
     --strategy "$STRATEGIES" --seeds "$SEEDS" --first-seed "$FIRST_SEED" --rounds 200 --labels "$LABELS" --k 2 --engine hf --model "$MODEL" \
     --workers "$n_jobs" --loop-options "$LOOP" --no-report --out "$VAR_DIR/sim/$set" --work "$VAR_DIR/sim-work/$set" \
-    $(args_for "$set") ${BATCH:+--batch $BATCH} ${SEED_LABELS:+--seed-labels $SEED_LABELS} ${EXTRA:-} > "$VAR_DIR/$set.log" 2>&1 &
+    $(args_for "$set") ${BATCH:+--batch $BATCH} ${SEED_LABELS:+--seed-labels $SEED_LABELS} ${EXTRA:-} \
+    ${AUTOLABEL_TARGETS:+--autolabel-targets $AUTOLABEL_TARGETS} >> "$VAR_DIR/$set.log" 2>&1 &
   pids+=($!)
   sleep 2  # the parents' pre-embedding and project imports start staggered
 done
@@ -133,6 +148,8 @@ for p in "${pids[@]}"; do wait "$p"; done
 kill $SMI $PROCMEM $COPIER 2>/dev/null
 sort -t, -k2 -n -r /tmp/procmem.raw | awk -F, '!seen[$1]++' > "$OUT/procmem.csv"
 collect > "$OUT/records.jsonl"
+# AUTOLABEL_TARGETS: the jobs' auto-labelling records (bench/autoaccept_sim.py makes the tables)
+[ -n "${AUTOLABEL_TARGETS:-}" ] && collect autolabel > "$OUT/autolabel.jsonl"
 for set in $SETS; do
   echo "== $set"; cat "$VAR_DIR/$set.log"
   for f in "$VAR_DIR/sim/$set"/logs/*.log; do echo "-- $f"; grep -E '^\[|Error|error' "$f" | tail -60; done

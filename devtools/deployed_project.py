@@ -118,15 +118,16 @@ def round_facts(*, project: int) -> list[dict[str, Any]]:
 # -- the scoring throughput of the deployed shape (bench/deployed_loop.py --throughput) -------------------
 
 
-def throughput_project(*, source: int, name: str, texts_csv: str, model_dir: str, engine: str) -> dict[str, Any]:
+def throughput_project(
+    *, source: int, name: str, texts_csv: str, model_dir: str, engine: str, knobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A project for the throughput runs: ``source``'s label set (so ``source``'s prompt), every row of
-    ``texts_csv`` (columns id,text) imported by the import service, no test set, no cold start, and
-    ``source``'s latest production ensemble as its round 1 (a finished round holding copies of those
-    adapters' rows: the same directories, the same content hashes). Each later round it is asked for
-    scores the whole pool (candidate_sample 0, or what ``set_project`` sets)."""
-    from django.utils import timezone
-
-    from annotate.models import AdapterVersion, Project, Round
+    ``texts_csv`` (columns id,text, and label: kept as the item's hidden gold label) imported by the
+    import service, no test set, no cold start, and ``source``'s latest production ensemble as its round
+    1 (a finished round holding copies of those adapters' rows: the same directories, the same content
+    hashes). Each later round it is asked for scores the whole pool (candidate_sample 0, or what
+    ``set_project`` sets); ``knobs`` over these fields."""
+    from annotate.models import Project
     from annotate.selectors import loop as loop_sel
     from annotate.services.imports import import_items
     from annotate.services.projects import LabelInput, project_create
@@ -148,23 +149,29 @@ def throughput_project(*, source: int, name: str, texts_csv: str, model_dir: str
             "candidate_sample": 0,
             "ensemble_k": len(adapters),
             "mass_threshold": src.mass_threshold,  # the source's review rule (a rehearsal's tiny model: 0)
+            **(knobs or {}),
         },
     )
     report = import_items(project=project, path=Path(texts_csv))
-    first = Round.objects.create(
-        project=project, number=1, status=Round.Status.DONE, strategy="cold-start", finished_at=timezone.now()
+    _copy_ensemble(project, adapters, number=1)
+    return {"project": project.pk, "items": report.created, "adapters": [a.path for a in adapters]}
+
+
+def _copy_ensemble(project: Any, adapters: list[Any], *, number: int) -> Any:
+    """A finished round ``number`` of ``project`` holding copies of ``adapters``' rows (the same
+    directories and content hashes): the ensemble as if that round had trained it."""
+    from django.utils import timezone
+
+    from annotate.models import AdapterVersion, Round
+
+    row = Round.objects.create(
+        project=project, number=number, status=Round.Status.DONE, strategy="cold-start", finished_at=timezone.now()
     )
     for a in adapters:
         AdapterVersion.objects.create(
-            project=project,
-            round=first,
-            arm=a.arm,
-            k=a.k,
-            path=a.path,
-            content_hash=a.content_hash,
-            n_labels=a.n_labels,
+            project=project, round=row, arm=a.arm, k=a.k, path=a.path, content_hash=a.content_hash, n_labels=a.n_labels
         )
-    return {"project": project.pk, "items": report.created, "adapters": [a.path for a in adapters]}
+    return row
 
 
 def set_project(*, project: int, **fields: Any) -> dict[str, Any]:
@@ -280,3 +287,141 @@ def round_members(*, round_id: int) -> int:
 
     row = Round.objects.get(pk=round_id)
     return len(loop_sel.prod_adapters(project=row.project, before_number=row.number))
+
+
+# -- the auto-labelling bulk job in the deployed shape (bench/deployed_loop.py --autolabel) -------------
+
+
+def held_out_counts(*, project: int) -> dict[str, Any]:
+    """The gold set and the calibration split the ML page drew: drawn and labelled (final label)."""
+    from annotate.models import GoldItem, Project
+    from annotate.selectors import autolabel as auto_sel
+
+    row = Project.objects.get(pk=project)
+    gold = GoldItem.objects.filter(project=row, purpose=GoldItem.Purpose.GOLD)
+    return {
+        "gold": {"drawn": gold.count(), "labelled": gold.filter(item__final_label__isnull=False).count()},
+        "split": auto_sel.calibration_split_counts(project=row),
+        "eval_items": len(auto_sel.eval_items(project=row).item_ids),
+    }
+
+
+def autolabel_open(*, project: int, prompt_hash: str, adapter_set_hash: str) -> dict[str, int]:
+    """What a run launched now would score (the unlabelled pool less the items decided under this key),
+    and how many of those were decided under another key: the items a prompt change must re-do."""
+    from annotate.models import AutoLabel, Project
+    from annotate.selectors import autolabel as auto_sel
+
+    pool = auto_sel.unlabelled_pool(project=Project.objects.get(pk=project))
+    rows = AutoLabel.objects.filter(item__project_id=project)
+    decided = rows.filter(prompt_hash=prompt_hash, adapter_set_hash=adapter_set_hash).values("item_id")
+    undecided = pool.exclude(id__in=decided)
+    elsewhere = rows.exclude(prompt_hash=prompt_hash, adapter_set_hash=adapter_set_hash).values("item_id")
+    return {
+        "pool": pool.count(),
+        "to_score": undecided.count(),
+        "decided_under_another_key": undecided.filter(id__in=elsewhere).count(),
+    }
+
+
+def autolabel_facts(*, run_id: int) -> dict[str, Any]:
+    """A run read back from the database: every planned item (items.npy) against the result rows under
+    the run's (prompt hash, adapter set) — lost: no row and no dead letter; written twice: a second row
+    (the unique key forbids it) or a progress count past the planned items (a chunk committed twice) —,
+    each shard's claims, the dead letters with their reasons, the tiers."""
+    from collections import Counter
+
+    import numpy as np
+    from django.db.models import F
+
+    from annotate.models import AutoLabel, AutolabelRun, DeadLetter
+    from annotate.selectors import autolabel as auto_sel
+    from annotate.services.round_state import autolabel_run_dir
+
+    run = AutolabelRun.objects.get(pk=run_id)
+    items_file = autolabel_run_dir(run) / "items.npy"
+    planned = set(np.load(items_file).tolist()) if items_file.is_file() else set()
+    keyed = AutoLabel.objects.filter(prompt_hash=run.prompt_hash, adapter_set_hash=run.adapter_set_hash)
+    rows = list(keyed.filter(item__project_id=run.project_id).values_list("item_id", "run_id", "decision", "audit"))
+    per_item = Counter(item for item, *_ in rows)
+    letters = DeadLetter.objects.filter(run__project_id=run.project_id, run__prompt_hash=run.prompt_hash)
+    dead = set(letters.filter(run__adapter_set_hash=run.adapter_set_hash).values_list("item_id", flat=True))
+    mine = [r for r in rows if r[1] == run.id]
+    accepted = keyed.filter(run=run, decision=AutoLabel.Decision.ACCEPTED, item__gold_label__isnull=False)
+    return {
+        "run": run.id,
+        "status": run.status,
+        "reason": run.reason,
+        "planned": len(planned),
+        "n_items": run.n_items,
+        "items_done": run.items_done,
+        "rows_of_run": len(mine),
+        "rows_planned": sum(1 for item in planned if per_item[item]),
+        "lost": sorted(item for item in planned if not per_item[item] and item not in dead)[:50],
+        "n_lost": sum(1 for item in planned if not per_item[item] and item not in dead),
+        "duplicate_rows": sum(n - 1 for n in per_item.values() if n > 1),
+        "progress_overcount": max(0, run.items_done - run.n_items),
+        "decisions": dict(Counter(d for _, _, d, _ in mine)),
+        "audit_pending": sum(1 for *_, a in mine if a == AutoLabel.Audit.PENDING),
+        "oracle_correct": accepted.filter(label_id=F("item__gold_label_id")).count(),
+        "oracle_checked": accepted.count(),
+        "tiers": auto_sel.tier_counts(run=run),
+        "shards": [
+            {"shard": s.shard, "status": s.status, "attempts": s.attempts, "worker": s.worker, "items": s.n_items}
+            for s in run.shards.order_by("shard")
+        ],
+        "dead_letters": _dead_letters(DeadLetter.objects.filter(run=run)),
+        "seconds": run.seconds,
+        "tokens": run.tokens,
+        "wall": (run.finished_at - run.started_at).total_seconds() if run.finished_at and run.started_at else None,
+    }
+
+
+def _dead_letters(rows: Any, listed: int = 20) -> dict[str, Any]:
+    from collections import Counter
+
+    fields = ("item__external_id", "reason", "detail", "attempts", "resolved")
+    found = list(rows.order_by("id").values_list(*fields))
+    return {
+        "n": len(found),
+        "by_reason": dict(Counter(r[1] for r in found)),
+        "first": [dict(zip(("item", *fields[1:]), r, strict=True)) for r in found[:listed]],
+    }
+
+
+def autolabel_shards(*, run_id: int) -> list[dict[str, Any]]:
+    """The run's shards as the kill needs them: status, attempts, holder (``host:pid`` of the pool child)."""
+    from annotate.models import AutolabelShard
+
+    rows = AutolabelShard.objects.filter(run_id=run_id).order_by("shard")
+    return [{"shard": s.shard, "status": s.status, "attempts": s.attempts, "worker": s.worker} for s in rows]
+
+
+def edit_instructions(*, project: int, instructions: str) -> dict[str, Any]:
+    """The instructions edited as the ML settings page saves them (services.setup.project_update, the
+    label set unchanged)."""
+    from annotate.models import Project
+    from annotate.services.projects import LabelInput
+    from annotate.services.setup import project_update
+
+    row = Project.objects.get(pk=project)
+    labels = [LabelInput(name=lab.name, code=lab.code, description=lab.description) for lab in row.labels.all()]
+    before = row.instructions
+    project_update(project=row, labels=labels, instructions=instructions)
+    return {"before": before, "after": Project.objects.get(pk=project).instructions}
+
+
+def promote_ensemble(*, project: int) -> dict[str, Any]:
+    """The production ensemble again as a new finished round, its configuration frozen now (so with the
+    edited prompt): what the next trained round would carry, without training — the same adapter
+    weights, new adapter rows (so the adapter set hash changes with the prompt hash)."""
+    from annotate.loopconfig import round_frozen
+    from annotate.models import Project, Round
+    from annotate.selectors import loop as loop_sel
+
+    row = Project.objects.get(pk=project)
+    adapters = loop_sel.prod_adapters(project=row)
+    number = (Round.objects.filter(project=row).order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    made = _copy_ensemble(row, adapters, number=number)
+    frozen = round_frozen(made)
+    return {"round": number, "instructions": frozen["loop"]["prompt"]["instructions"], "adapters": len(adapters)}

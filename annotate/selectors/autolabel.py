@@ -190,7 +190,13 @@ def budget(*, project: Project, calibration: Calibration) -> dict[str, Any]:
     decided = AutoLabel.objects.filter(
         item__project=project, prompt_hash=calibration.prompt_hash, adapter_set_hash=calibration.adapter_set_hash
     ).values("item_id")
-    n_items = unlabelled_pool(project=project).exclude(id__in=decided).count()  # what a launch would score
+    waiting = DeadLetter.objects.filter(
+        run__project=project,
+        run__prompt_hash=calibration.prompt_hash,
+        run__adapter_set_hash=calibration.adapter_set_hash,
+        resolved=False,
+    ).values("item_id")  # theirs is the dead-letter retry, not a launch
+    n_items = unlabelled_pool(project=project).exclude(id__in=decided).exclude(id__in=waiting).count()
     rate = dict(calibration.rate or {})
     measured = (
         AutolabelRun.objects.filter(project=project, seconds__gt=0, calibration__rate__engine=rate.get("engine"))

@@ -689,7 +689,9 @@ def run_plan(*, run_id: int, dispatch: Dispatch = celery_dispatch) -> AutolabelR
 
 def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
     """The run's items: the unlabelled pool minus items already decided under this (prompt, adapter
-    set). Written once to items.npy, so a replayed plan sees the same list."""
+    set) and items an earlier run under it left as open dead letters (theirs is the dead-letter retry:
+    a re-run would score a low-mass item again only to dead-letter it again). Written once to
+    items.npy, so a replayed plan sees the same list."""
     path = autolabel_run_dir(run) / "items.npy"
     if path.is_file():
         return np.load(path)
@@ -697,7 +699,14 @@ def _plan_items(run: AutolabelRun, ctx: Context) -> np.ndarray:
     done = AutoLabel.objects.filter(
         item__project=run.project, prompt_hash=ctx.renderer.prompt_hash, adapter_set_hash=ctx.adapter_set
     ).values("item_id")
-    ids = np.fromiter(pool.exclude(id__in=done).order_by("id").values_list("id", flat=True).iterator(), dtype=np.int64)
+    dead = DeadLetter.objects.filter(
+        run__project=run.project,
+        run__prompt_hash=ctx.renderer.prompt_hash,
+        run__adapter_set_hash=ctx.adapter_set,
+        resolved=False,
+    ).values("item_id")
+    todo = pool.exclude(id__in=done).exclude(id__in=dead)
+    ids = np.fromiter(todo.order_by("id").values_list("id", flat=True).iterator(), dtype=np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".items.{os.getpid()}.tmp.npy")
     np.save(tmp, ids)

@@ -94,11 +94,20 @@ class SimSpec:
     full_data_steps: int = 0  # >0: optimiser-step cap of the full-data training (else the loop's)
     loop_options: dict[str, Any] = field(default_factory=dict)  # over settings.LOOP_OPTIONS
     max_labels: int = 0  # >0: stop a job once this many labels are in (rounds is then an upper bound)
+    # after the last round: auto-labelling at each target precision, measured on the pool's unlabelled
+    # items against their oracle labels (annotate/simulation/autolabel_eval.py; records in autolabel.jsonl)
+    autolabel_targets: tuple[float, ...] = ()
+    autolabel_calibration: int = 500  # the calibration split's size (the app's default draw)
+    autolabel_delta: float = 0.05
     commit: str = ""  # the code's git commit, recorded with every row
 
     @property
     def records_path(self) -> Path:
         return self.out_dir / "records.jsonl"
+
+    @property
+    def autolabel_path(self) -> Path:
+        return self.out_dir / "autolabel.jsonl"
 
 
 @dataclass(frozen=True)
@@ -561,7 +570,37 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
                 break
             if spec.max_labels and (record["labels"] or 0) >= spec.max_labels:
                 break
+        if spec.autolabel_targets and records:
+            _autolabel(spec=spec, data=data, job=job, project=project, annotator=annotator, log=log)
     return records
+
+
+def _autolabel(
+    *, spec: SimSpec, data: SimData, job: Job, project: Project, annotator: Any, log: Log
+) -> list[dict[str, Any]]:
+    """The job's auto-labelling records (appended to autolabel.jsonl, not records.jsonl: no round)."""
+    from annotate.simulation.autolabel_eval import autolabel_eval
+
+    last = Round.objects.filter(project=project, status=Round.Status.DONE).order_by("-number").first()
+    context = {
+        **_context(data, spec, job),
+        "round": last.number if last else None,
+        "labels": Item.objects.filter(project=project, is_test=False, final_label__isnull=False).count(),
+    }
+    found = autolabel_eval(
+        project=project,
+        annotator=annotator,
+        targets=spec.autolabel_targets,
+        calibration_items=spec.autolabel_calibration,
+        delta=spec.autolabel_delta,
+        seed=job.seed,
+        context=context,
+        label_batch=label_batch,
+        log=lambda line: log(f"[{job.tag}] {line}"),
+    )
+    for record in found:
+        append_record(spec.autolabel_path, record)
+    return found
 
 
 def _fmt(seconds: dict[str, float]) -> str:
@@ -635,4 +674,5 @@ def spec_json(spec: SimSpec) -> dict[str, Any]:
 def spec_from_json(payload: dict[str, Any]) -> SimSpec:
     """The parent's spec, read back by a worker subprocess (OUT/spec.json)."""
     paths = {key: Path(payload[key]) for key in ("data_dir", "out_dir", "work_dir")}
-    return SimSpec(**{**payload, **paths})
+    targets = tuple(payload.get("autolabel_targets", ()))  # a JSON list
+    return SimSpec(**{**payload, **paths, "autolabel_targets": targets})

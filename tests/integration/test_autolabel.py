@@ -112,6 +112,8 @@ def test_dead_letters_are_written_and_retried(shared_data: Path, tiny_llama_dir:
     assert {d.reason for k, d in letters.items() if k != "long1"} == {"low_mass"}  # random model: mass ≈ 0
     assert "under the threshold" in letters["t0"].detail if "t0" in letters else True
     assert len(letters) == 45 and not AutoLabel.objects.exists()
+    again = run(project)  # the same prompt and adapters: the open dead letters wait for their retry
+    assert again.status == "done" and again.n_items == 0 and DeadLetter.objects.count() == 45
 
     project.mass_threshold = 0.0
     project.save()

@@ -57,8 +57,21 @@ def tiny_data_dir(shared_data: Path, target: Path) -> Path:
     return target
 
 
-def run_driver(*, data: Path, model_dir: Path, database_url: str, redis_url: str, tmp_path: Path) -> Path:
-    """bench/deployed_loop.py as the GPU sitting calls it, small; its ``--out`` folder."""
+def drive(*, shared_data: Path, model_dir: Path, tmp_path: Path, phase: list[str]) -> Path:
+    """bench/deployed_loop.py as the GPU sitting calls it, small (a source project of one round), then the
+    options of ``phase``, on this test's own PostgreSQL database and Redis database; its ``--out`` folder."""
+    owned = redis_owner.current()
+    owned.flush()  # this run's own database: stray messages of earlier tests, never anyone else's
+    data = tiny_data_dir(shared_data, tmp_path / "data" / "trec")
+    with contextlib.ExitStack() as stack:
+        try:
+            database_url = stack.enter_context(own_postgres_database(PG_SERVER))
+        except psycopg.OperationalError as exc:
+            missing_prerequisite(f"PostgreSQL at {PG_SERVER} does not answer: {exc}")
+        return _drive(data, model_dir, database_url, owned.url, tmp_path, phase)
+
+
+def _drive(data: Path, model_dir: Path, database_url: str, redis_url: str, tmp_path: Path, phase: list[str]) -> Path:
     out = tmp_path / "out"
     argv = [
         *(sys.executable, "bench/deployed_loop.py", "--data", f"trec={data}", "--engine", "hf"),
@@ -68,9 +81,7 @@ def run_driver(*, data: Path, model_dir: Path, database_url: str, redis_url: str
         *("--gpu-env", json.dumps({"OMP_NUM_THREADS": "1"}), "--loop-options", TEST_OPTIONS),
         *("--database-url", database_url, "--redis-url", redis_url, "--step-timeout", "240"),
         *("--work", str(tmp_path / "work"), "--out", str(out)),
-        *("--throughput", THROUGHPUT, "--kill", "--kill-at", str(KILL_AT)),
-        # the GPU sitting's parity hook: run once the projects' facts exist, before the throughput rounds
-        *("--after-projects", f"test -f {out}/facts-trec.json && [ ! -e {out}/throughput.jsonl ] && date > {out}/hook"),
+        *phase,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
@@ -84,17 +95,13 @@ def logs(out: Path, chars: int = 3000) -> str:
 
 
 def test_throughput_rounds_and_a_killed_gpu_worker(shared_data: Path, tiny_llama_dir: Path, tmp_path: Path) -> None:
-    owned = redis_owner.current()
-    owned.flush()  # this run's own database: stray messages of earlier tests, never anyone else's
-    data = tiny_data_dir(shared_data, tmp_path / "data" / "trec")
-    with contextlib.ExitStack() as stack:
-        try:
-            database_url = stack.enter_context(own_postgres_database(PG_SERVER))
-        except psycopg.OperationalError as exc:
-            missing_prerequisite(f"PostgreSQL at {PG_SERVER} does not answer: {exc}")
-        out = run_driver(
-            data=data, model_dir=tiny_llama_dir, database_url=database_url, redis_url=owned.url, tmp_path=tmp_path
-        )
+    out = tmp_path / "out"
+    phase = [
+        *("--throughput", THROUGHPUT, "--kill", "--kill-at", str(KILL_AT)),
+        # the GPU sitting's parity hook: run once the projects' facts exist, before the throughput rounds
+        *("--after-projects", f"test -f {out}/facts-trec.json && [ ! -e {out}/throughput.jsonl ] && date > {out}/hook"),
+    ]
+    drive(shared_data=shared_data, model_dir=tiny_llama_dir, tmp_path=tmp_path, phase=phase)
     hook = json.loads((out / "run.json").read_text())["after_projects"]
     assert hook["exit"] == 0 and (out / "hook").is_file(), hook  # after the facts, before any throughput record
     records = [json.loads(line) for line in (out / "throughput.jsonl").read_text().splitlines()]

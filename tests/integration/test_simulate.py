@@ -237,3 +237,43 @@ def test_cold_rounds_give_the_seed_set_a_projects_shape(tiny_llama_dir: Path, tm
         (3, 20, 10, 2),
     ]
     assert all(r["accuracy"] is not None for r in records)  # every round trained and was evaluated
+
+
+def test_autolabel_targets_measure_what_the_bulk_job_accepts(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """Issue 31: after the last round, a calibration split of 20 drawn from the pool and labelled by the
+    simulated annotator, then per target a calibration and a bulk run over the rest of the pool (60 pool
+    items - 15 trained on - 20 in the split = 25), one record each in autolabel.jsonl (records.jsonl keeps
+    the rounds only). 20 calibration items are too few for any class's bound: nothing is accepted, and
+    each class says how many more it needs."""
+    write_data(tmp_path / "tiny")
+    out = tmp_path / "out"
+    call_command(
+        "simulate",
+        "--data", str(tmp_path / "tiny"),
+        "--strategy", "active",
+        "--seeds", "1",
+        "--rounds", "2",
+        "--batch", "10",
+        "--seed-labels", "5",
+        "--k", "2",
+        "--model", str(tiny_llama_dir),
+        "--mass-threshold", "0",
+        "--loop-options", json.dumps({"max_context": 128, "train": {"max_steps": 2, "batch_size": 4}}),
+        "--autolabel-targets", "0.90,0.95",
+        "--autolabel-calibration", "20",
+        "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    rounds = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [1, 2]
+    found = [json.loads(line) for line in (out / "autolabel.jsonl").read_text().splitlines()]
+    assert [r["target"] for r in found] == [0.90, 0.95]
+    for r in found:
+        assert (r["kind"], r["data"], r["strategy"], r["round"], r["labels"]) == ("autolabel", "tiny", "active", 2, 15)
+        assert r["calibration_items"] == r["n_calibration"] == 20 and r["n_eval_items"] == 20  # the test split
+        assert r["run_status"] == "done" and r["n_items"] == r["decided"] == 25 and not r["dead_letters"]
+        assert r["accepted"] == 0 and r["coverage"] == 0.0 and r["precision"] is None
+        assert [c["label"] for c in r["per_class"]] == ["food", "sport", "weather"]
+        assert all(c["threshold"] is None and c["needed"] > 0 and c["accepted"] == 0 for c in r["per_class"])
+        assert sum(c["calibration_predicted"] for c in r["per_class"]) == 20
+        assert r["seconds"]["calibrate"] > 0 and r["seconds"]["run"] > 0 and r["commit"] == rounds[0]["commit"]

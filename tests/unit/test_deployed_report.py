@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,73 @@ def test_the_wide_label_checks_come_from_the_worker_logs_in_both_forms(tmp_path:
     old, new = dr.wide_checks(tmp_path)
     assert (old["items"], old["mean_dp"], old["max_dp"], old["kept"]) == (16, None, 0.0129, False)
     assert (new["worker"], new["mean_dp"], new["max_dp"], new["kept"]) == ("gpu-worker-1", 0.0021, 0.045, True)
+
+
+def test_the_autolabel_table_reads_the_bulk_job_steps(tmp_path: Path) -> None:
+    """A run of 1,000 items at K=2 done in 10 s with a worker killed at 4 s; the ETA shown at 10 %
+    said 12 s left where 9 were (+33 %); the GPU 80 % busy inside the run, 20 % outside it."""
+    t0 = 1_800_000_000.0
+    shards = [{"shard": 0, "status": "done", "attempts": 2}, {"shard": 1, "status": "done", "attempts": 1}]
+    steps = [
+        {"step": "project", "commit": "c", "items": 1000, "k": 2, "pool": "trec's train split repeated"},
+        {"step": "calibration", "commit": "c"},
+        {
+            "step": "run",
+            "commit": "c",
+            "t_request": t0,
+            "t_running": 1.0,
+            "t_end": 10.0,
+            "status": "done",
+            "n_items": 1000,
+            "k": 2,
+            "items_per_s": 100.0,
+            "requests_per_s": 200.0,
+            "kill": True,
+            "killed": {"worker": "gpu-worker-1", "shard": 0, "at": t0 + 4.0},
+            "eta": {
+                "10%": {"predicted_left": 12.0, "actual_left": 9.0, "error": 0.333},
+                "25%": None,
+                "50%": {"predicted_left": 5.0, "actual_left": 5.0, "error": 0.0},
+            },
+        },
+        {
+            "step": "checks",
+            "commit": "c",
+            "n_lost": 0,
+            "duplicate_rows": 0,
+            "progress_overcount": 0,
+            "shards": shards,
+            "decisions": {"accepted": 900, "escalated": 100},
+            "audit_pending": 18,
+            "tiers": [{"tier": "model", "tried": 1000, "accepted": 900, "escalated": 100}],
+            "dead_letters": {
+                "n": 1,
+                "by_reason": {"low_mass": 1},
+                "first": [{"item": "al-7", "reason": "low_mass", "detail": "label mass 0.010"}],
+            },
+            "budget_vs_actual": {"estimate": {"workers": 2, "wall_s": 8.0, "n": 1000}, "actual_wall": 10.0},
+        },
+        {"step": "rerun", "commit": "c", "status": "done", "n_items": 0},
+        {"step": "prompt_change_checks", "commit": "c", "rows_written": 999, "expected": {"to_score": 999}},
+    ]
+    (tmp_path / "autolabel.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    stamp = "%Y/%m/%d %H:%M:%S.%f"
+    samples = [(t0 - 5, 20), (t0 + 2, 80), (t0 + 6, 80), (t0 + 20, 20)]
+    (tmp_path / "gpu-autolabel.csv").write_text(
+        "".join(f"{datetime.fromtimestamp(t, UTC).strftime(stamp)[:-3]}, {u}, 5000\n" for t, u in samples)
+    )
+    table = dr.autolabel_table(tmp_path)
+    cells = [line[2:-2].split(" | ", 1) for line in table.splitlines() if line.startswith("| ") and line != "| | |"]
+    rows = dict((name, value) for name, value in cells)
+    assert rows["items scored / K"] == "1000 / 2" and rows["items/s"] == "**100.0**"
+    assert rows["requests/s (items × K)"] == "200"
+    assert rows["GPU busy % (run) / peak memory MiB"] == "80 / 5000"
+    assert rows["ETA error at 10% (predicted vs actual left)"] == "+33 % (12 s vs 9 s)"
+    assert rows["ETA error at 25% (predicted vs actual left)"] == "–"
+    assert rows["budget estimate vs actual wall"].startswith("8.0 s (2 workers, 1000 items) vs 10.0 s")
+    assert rows["kill"].startswith("gpu-worker-1 (shard 0) at 4.0 s; run done, shard 0: 2 claims")
+    assert rows["lost / written twice"] == "0 / 0"
+    assert rows["dead letters"] == "1 {'low_mass': 1}" and "al-7: low_mass: label mass 0.010" in table
+    assert rows["re-run"] == "done, 0 items"
+    assert rows["prompt change: rows written / expected"] == "999 / 999"
+    assert dr.autolabel_table(tmp_path / "none") == ""

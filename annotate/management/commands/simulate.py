@@ -98,6 +98,13 @@ class Command(BaseCommand):
         parser.add_argument("--baselines", default="", help="BASELINES.md to put next to our rows")
         parser.add_argument("--plots-dir", default="", help="where the PNG is copied (default bench/plots)")
         parser.add_argument("--no-report", action="store_true", help="records only (no table, no plot)")
+        parser.add_argument(
+            "--autolabel-targets",
+            default="",
+            help="after a job's last round, auto-label the rest of the pool at these target precisions, e.g."
+            " 0.90,0.95, and check what was accepted against the oracle labels (OUT/autolabel.jsonl)",
+        )
+        parser.add_argument("--autolabel-calibration", type=int, default=500, help="calibration split items")
         parser.add_argument("--job", default="", help=argparse.SUPPRESS)  # worker subprocess: STRATEGY:SEED
         parser.add_argument("--spec", default="", help=argparse.SUPPRESS)  # worker subprocess: OUT/spec.json
 
@@ -160,6 +167,12 @@ class Command(BaseCommand):
             raise CommandError("--cold-rounds must be positive and divide the seed set (--seed-labels)")
         if min(opts["pool_sample"], opts["test_sample"], opts["candidate_sample"]) < 0:
             raise CommandError("--pool-sample, --test-sample and --candidate-sample must be 0 (all) or positive")
+        try:
+            targets = tuple(float(t) for t in opts["autolabel_targets"].split(",") if t.strip())
+        except ValueError as exc:
+            raise CommandError(f"--autolabel-targets takes numbers, e.g. 0.90,0.95: {exc}") from exc
+        if any(not 0.5 <= t < 1.0 for t in targets) or opts["autolabel_calibration"] < 1:
+            raise CommandError("--autolabel-targets must lie in [0.5, 1) and --autolabel-calibration be positive")
         return sim.SimSpec(
             data_dir=data_dir,
             out_dir=out,
@@ -179,6 +192,8 @@ class Command(BaseCommand):
             full_data_steps=opts["full_data_steps"],
             loop_options=loop_options,
             max_labels=opts["labels"],
+            autolabel_targets=targets,
+            autolabel_calibration=opts["autolabel_calibration"],
             commit=_commit(),
         )
 
