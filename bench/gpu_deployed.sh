@@ -343,7 +343,8 @@ prepare_llm(Path(sys.argv[1]), gguf=Path(sys.argv[2]))' "$MODELS/smollm2-135m-in
     mkdir -p "$R/sims/out" && rm -rf "$R/simapp" && mkdir -p "$R/simapp"
     tar cf - --exclude=./.gstage --exclude=./.git . | tar xf - -C "$R/simapp"
     touch "$R/sims/started"
-    SETS="$SIM_SETS" AUTOLABEL_TARGETS=$SIM_TARGETS BUDGET=$SIM_BUDGET STRATEGIES=active SEEDS=1 LABELS=$SIM_SETS_LABELS \
+    # EXTRA is the driver's (session 32: "--step-timeout" passed on to manage.py simulate failed every set at once)
+    EXTRA="${SIM_EXTRA:-}" SETS="$SIM_SETS" AUTOLABEL_TARGETS=$SIM_TARGETS BUDGET=$SIM_BUDGET STRATEGIES=active SEEDS=1 LABELS=$SIM_SETS_LABELS \
       COMMIT=${RUN_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)} OUT=$R/sims/out VAR_DIR=$R/sims/var \
       MODEL=$MODELS/smollm2-135m-instruct DATA=$DATA ENCODER_DIR=$MODELS/all-MiniLM-L6-v2 PYTHONPATH=$SITE \
       setsid nohup bash -c "bash '$R/simapp/bench/gpu_sim.sh' > '$R/sims/out/gpu_sim.log' 2>&1; touch '$R/sims/finished'" \
