@@ -11,17 +11,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: autoaccept_cpu.sh OUTDIR}; mkdir -p "$OUT"
 PY=${PY:-.venv/bin/python}
+MODEL=${MODEL:-$PWD/var/models/smollm2-135m-instruct}  # make models puts it there (each job's VAR_DIR is its own)
 SETS=${SETS:-trec snips emotion search_snippets sst2}
 export DEBUG=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export DJANGO_SETTINGS_MODULE=config.settings CELERY_TASK_ALWAYS_EAGER=1 ALANN_SIM_THREADS=1 OMP_NUM_THREADS=1
 export ALANN_COMMIT=$(git rev-parse HEAD)
-echo "commit $ALANN_COMMIT$(git diff --quiet HEAD -- . ':!bench/raw' || echo ' (uncommitted changes)'); labels ${LABELS:-200}; pool ${POOL:-3000}; sets $SETS; $(nproc) CPUs; $(date -Is)" > "$OUT/versions.txt"
+echo "commit $ALANN_COMMIT$(git diff --quiet HEAD -- . ':!bench/raw' || echo ' (uncommitted changes)'); labels ${LABELS:-200}; pool ${POOL:-3000}; sets $SETS; $(getconf _NPROCESSORS_ONLN) CPUs; $(date -Is)" > "$OUT/versions.txt"
 one() {
   local set=$1 db=$OUT/db-$1
   rm -rf "$db" "$OUT/sim/$1" && mkdir -p "$db"
   VAR_DIR=$db $PY manage.py migrate -v 0 > "$OUT/$set.log" 2>&1
   VAR_DIR=$db $PY manage.py simulate --data "../shared/data/$set" --strategy active --seeds 1 --rounds 60 \
-    --labels "${LABELS:-200}" --k 2 --engine hf --batch 50 --seed-labels 100 --candidate-sample 2000 \
+    --labels "${LABELS:-200}" --k 2 --engine hf --model "$MODEL" --batch 50 --seed-labels 100 --candidate-sample 2000 \
     --pool-sample "${POOL:-3000}" --autolabel-targets "${TARGETS:-0.90,0.95}" --no-report \
     --out "$OUT/sim/$set" --work "$OUT/work/$set" >> "$OUT/$set.log" 2>&1
   echo "$set exit $?" >> "$OUT/$set.log"
