@@ -137,6 +137,23 @@
 #   256 again (the report's "wide label requests" line says whether the workers kept it, with mean / max |dp|),
 #   PARITY_VLLM without it, PARITY_VARIANTS=vllm-fp16,hf-fp16 PARITY_BUDGET=420 (the float16 pair on the run's own
 #   adapters), and `bench/engine_parity.py`'s vllm-wide variant only if time is left.
+# Session 32 (2026-12-07, H100, 35808558): issue 31's GPU parts in one sitting, packed with all six sets
+#   (SETS="trec sst2 clinc150 emotion snips search_snippets" PART_BYTES=56000000 ... pack), staged in six calls:
+#   RUN_COMMIT=<sha> SETS=trec GPU_WORKERS=4 GPU_SHARE=0.10 LABELS=300 DEADLINE=900 SIM_SEEDS=0 AUTOLABEL=200000
+#   AUTOLABEL_KILL=1 EXTRA="--step-timeout 400" SIM_SETS="trec sst2 clinc150 emotion snips search_snippets"
+#   SIM_TARGETS=0.90,0.95 SIM_BUDGET=660 GPU_LOOP=<session 23's with 0.10 and "parallel_start": true>.
+#   Lost: (1) EXTRA reached gpu_sim.sh (manage.py simulate refused --step-timeout: every set failed at once; fixed:
+#   SIM_EXTRA); restarted by hand 5 min in; (2) six simulations beside four vLLM workers and the deployed loop ran
+#   ~40-60 s a round (CLINC150's evaluation 55-160 s): at 660 s they were at 400-650 labels, far from the 1,000 the
+#   auto-labelling waits for; (3) the machine went back while this side wrote a salvage script after that `wait`
+#   (bench/sim_autolabel_after.py), with the bulk job not yet started; three refused starts (270 s) then left too
+#   little for another sitting. Nothing of issue 31 was measured on the GPU.
+# Next sitting, planned (the whole budget): two calls' worth of simulations is too much beside anything else. Either
+#   (a) the held-out auto-labelling alone: NO_RUN=1 SIM_SETS="trec sst2 emotion snips search_snippets" (CLINC150 cannot
+#   pass a bound with a 500-item calibration split: 151 classes) SIM_SETS_LABELS=1000 SIM_BUDGET=<all but ~250 s>,
+#   staged with parts 00-03 only (no vLLM), the fourth call followed by `wait` in the same call; or (b) the bulk job
+#   alone: SETS=trec LABELS=300 EXTRA="--step-timeout 400 --min-rounds 4" AUTOLABEL=200000 AUTOLABEL_KILL=1 (vLLM
+#   needed: all six parts), then `wait`s back to back. Never pause between calls: the machine goes back ~30 s after one.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
