@@ -79,16 +79,16 @@ def tables(rows: list[dict[str, Any]]) -> str:
                 f"| {r['data']} | {r['target']:.2f} | {c['label']} | {c['accepted']} | {c['correct']}"
                 f" | {_interval(c['precision'], c['ci'])} | {'yes' if c['alarm'] else 'no'} |"
             )
-    short = [
-        (
-            r,
-            sum(1 for c in r["per_class"] if c.get("threshold") is None),
-            max((c.get("needed") or 0) for c in r["per_class"]),
+    out += ["", "Classes without a tier-1 threshold: too few calibration items predicted them (the most one still"]
+    out[-1] += " needs), or their bound failed:"
+    for r in rows:
+        none = [c for c in r["per_class"] if c.get("threshold") is None]
+        short = [c for c in none if c.get("needed")]
+        need = max((c["needed"] for c in short), default=0)
+        out.append(
+            f"- {r['data']} at {r['target']:.2f}: {len(none)} of {r['n_classes']}: {len(short)} too few"
+            f"{f' (up to {need} more)' if short else ''}, {len(none) - len(short)} bound failed"
         )
-        for r in rows
-    ]
-    out += ["", "Classes without a threshold (most further calibration items one of them needs):"]
-    out += [f"- {r['data']} at {r['target']:.2f}: {n} of {r['n_classes']} (up to {need} more)" for r, n, need in short]
     return "\n".join(out) + "\n"
 
 

@@ -53,7 +53,7 @@ def test_tables_count_cases_and_list_misses(tmp_path: Path) -> None:
     assert "cases with accepted items: **4**; realised precision >= target: **3 (75.0%)**" in text
     assert "**not met**" in text and "alarms (the whole interval under the target): 0" in text
     assert "| trec | 0.95 | c1 | 50 | 45 |" in text  # the miss, with its count
-    assert "- trec at 0.95: 1 of 3 (up to 12 more)" in text
+    assert "- trec at 0.95: 1 of 3: 1 too few (up to 12 more), 0 bound failed" in text
     assert report.main([str(path), "--out", str(tmp_path / "t.md")]) == 0 and (tmp_path / "t.md").is_file()
 
 
