@@ -1,8 +1,8 @@
 """The auto-labelling measurement (annotate/simulation/autolabel_eval.py) on a simulation job that was
 stopped before it got there (its budget ran out mid-run): the job's project as it stands, with the
 adapters of its last finished round; a round still open is marked failed first (its labels stay, it
-trained nothing that counts). Records go to the job's out folder's autolabel.jsonl as the harness
-writes them, with "after_cut": true and the labels the adapters were trained on.
+trained nothing that counts). Records go to <out>/after-cut/autolabel.jsonl, as the harness writes
+them (with the labels the adapters were trained on), apart from the records of jobs that got there.
 
     VAR_DIR=<the job's VAR_DIR> python bench/sim_autolabel_after.py --out <simulate --out folder> [--job active:0]
 """
@@ -50,13 +50,11 @@ def main() -> int:
     )
     print(f"project {project.pk}: {cut} open round(s) marked failed", flush=True)
     annotator, _ = get_user_model().objects.get_or_create(username=sim.ANNOTATOR)
-    spec = sim.replace(spec, commit=spec.commit)
+    # a folder of their own: never mixed with the records of jobs that reached the end
+    spec = sim.replace(spec, out_dir=spec.out_dir / "after-cut")
     with sim.loop_options(spec.loop_options):
         found = sim._autolabel(spec=spec, data=data, job=job, project=project, annotator=annotator, log=print)
-    lines = (spec.autolabel_path.read_text().splitlines() if spec.autolabel_path.is_file() else [])[-len(found) :]
-    records = [{**json.loads(line), "after_cut": True} for line in lines]
-    kept = spec.autolabel_path.read_text().splitlines()[: -len(found)] if found else []
-    spec.autolabel_path.write_text("".join(x + "\n" for x in kept + [json.dumps(r, sort_keys=True) for r in records]))
+    print(f"{len(found)} records in {spec.autolabel_path}")
     return 0
 
 
