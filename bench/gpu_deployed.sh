@@ -154,6 +154,12 @@
 #   staged with parts 00-03 only (no vLLM), the fourth call followed by `wait` in the same call; or (b) the bulk job
 #   alone: SETS=trec LABELS=300 EXTRA="--step-timeout 400 --min-rounds 4" AUTOLABEL=200000 AUTOLABEL_KILL=1 (vLLM
 #   needed: all six parts), then `wait`s back to back. Never pause between calls: the machine goes back ~30 s after one.
+# Session 33 (2026-12-07): both in one sitting, the simulations time-boxed: `manage.py simulate --deadline S` starts
+#   no round S seconds after a job's start and still runs its auto-labelling (on the last round's adapters; the
+#   records say how many labels it reached), so a slow GPU no longer costs the whole measurement:
+#   RUN_COMMIT=<sha> SETS=trec GPU_WORKERS=4 GPU_SHARE=0.10 LABELS=300 DEADLINE=400 SIM_SEEDS=0 AUTOLABEL=200000
+#   AUTOLABEL_KILL=1 EXTRA="--step-timeout 400 --min-rounds 4" SIM_SETS="trec sst2 emotion snips search_snippets"
+#   SIM_EXTRA="--batch 100 --deadline D" SIM_BUDGET=<D + 300> (B=100 after 100 seed labels: 10 rounds to 1,000)
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #

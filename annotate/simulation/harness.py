@@ -99,6 +99,9 @@ class SimSpec:
     autolabel_targets: tuple[float, ...] = ()
     autolabel_calibration: int = 500  # the calibration split's size (the app's default draw)
     autolabel_delta: float = 0.05
+    # >0: no round starts this many seconds after the job's start (a sitting's time box); the records say
+    # how many labels the job reached, and its auto-labelling still runs on the last round's adapters
+    deadline_s: float = 0
     commit: str = ""  # the code's git commit, recorded with every row
 
     @property
@@ -570,6 +573,9 @@ def run_job(*, spec: SimSpec, data: SimData, job: Job, log: Log = print) -> list
                 break
             if spec.max_labels and (record["labels"] or 0) >= spec.max_labels:
                 break
+            if spec.deadline_s and time.perf_counter() - started >= spec.deadline_s:
+                log(f"[{job.tag}] deadline ({spec.deadline_s:.0f}s) passed after round {number}: no new round")
+                break
         if spec.autolabel_targets and records:
             _autolabel(spec=spec, data=data, job=job, project=project, annotator=annotator, log=log)
     return records
@@ -586,6 +592,8 @@ def _autolabel(
         **_context(data, spec, job),
         "round": last.number if last else None,
         "labels": Item.objects.filter(project=project, is_test=False, final_label__isnull=False).count(),
+        "labels_asked": spec.max_labels,  # fewer "labels" than this: the deadline (or the pool) cut the job
+        "deadline_s": spec.deadline_s,
     }
     found = autolabel_eval(
         project=project,

@@ -242,9 +242,10 @@ def test_cold_rounds_give_the_seed_set_a_projects_shape(tiny_llama_dir: Path, tm
 def test_autolabel_targets_measure_what_the_bulk_job_accepts(tiny_llama_dir: Path, tmp_path: Path) -> None:
     """Issue 31: after the last round, a calibration split of 20 drawn from the pool and labelled by the
     simulated annotator, then per target a calibration and a bulk run over the rest of the pool (60 pool
-    items - 15 trained on - 20 in the split = 25), one record each in autolabel.jsonl (records.jsonl keeps
-    the rounds only). 20 calibration items are too few for any class's bound: nothing is accepted, and
-    each class says how many more it needs."""
+    items - 5 trained on - 20 in the split = 35), one record each in autolabel.jsonl (records.jsonl keeps
+    the rounds only). --deadline (a sitting's time box) passed after round 1: no round 2 of the 3 asked,
+    and the auto-labelling still runs, on round 1's adapters. 20 calibration items are too few for any
+    class's bound: nothing is accepted, and each class says how many more it needs."""
     write_data(tmp_path / "tiny")
     out = tmp_path / "out"
     call_command(
@@ -252,7 +253,9 @@ def test_autolabel_targets_measure_what_the_bulk_job_accepts(tiny_llama_dir: Pat
         "--data", str(tmp_path / "tiny"),
         "--strategy", "active",
         "--seeds", "1",
-        "--rounds", "2",
+        "--rounds", "3",
+        "--labels", "25",
+        "--deadline", "0.001",
         "--batch", "10",
         "--seed-labels", "5",
         "--k", "2",
@@ -265,13 +268,14 @@ def test_autolabel_targets_measure_what_the_bulk_job_accepts(tiny_llama_dir: Pat
         "--no-report",
     )  # fmt: skip
     rounds = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rounds] == [1, 2]
+    assert [r["round"] for r in rounds] == [1]
     found = [json.loads(line) for line in (out / "autolabel.jsonl").read_text().splitlines()]
     assert [r["target"] for r in found] == [0.90, 0.95]
     for r in found:
-        assert (r["kind"], r["data"], r["strategy"], r["round"], r["labels"]) == ("autolabel", "tiny", "active", 2, 15)
+        assert (r["kind"], r["data"], r["strategy"], r["round"], r["labels"]) == ("autolabel", "tiny", "active", 1, 5)
+        assert (r["labels_asked"], r["deadline_s"]) == (25, 0.001)
         assert r["calibration_items"] == r["n_calibration"] == 20 and r["n_eval_items"] == 20  # the test split
-        assert r["run_status"] == "done" and r["n_items"] == r["decided"] == 25 and not r["dead_letters"]
+        assert r["run_status"] == "done" and r["n_items"] == r["decided"] == 35 and not r["dead_letters"]
         assert r["accepted"] == 0 and r["coverage"] == 0.0 and r["precision"] is None
         assert [c["label"] for c in r["per_class"]] == ["food", "sport", "weather"]
         assert all(c["threshold"] is None and c["needed"] > 0 and c["accepted"] == 0 for c in r["per_class"])

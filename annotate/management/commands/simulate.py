@@ -105,6 +105,13 @@ class Command(BaseCommand):
             " 0.90,0.95, and check what was accepted against the oracle labels (OUT/autolabel.jsonl)",
         )
         parser.add_argument("--autolabel-calibration", type=int, default=500, help="calibration split items")
+        parser.add_argument(
+            "--deadline",
+            type=float,
+            default=0,
+            help="seconds after a job's start after which it starts no new round (0: none); its auto-labelling"
+            " (--autolabel-targets) still runs, on the adapters of the last round done",
+        )
         parser.add_argument("--job", default="", help=argparse.SUPPRESS)  # worker subprocess: STRATEGY:SEED
         parser.add_argument("--spec", default="", help=argparse.SUPPRESS)  # worker subprocess: OUT/spec.json
 
@@ -171,6 +178,8 @@ class Command(BaseCommand):
             targets = tuple(float(t) for t in opts["autolabel_targets"].split(",") if t.strip())
         except ValueError as exc:
             raise CommandError(f"--autolabel-targets takes numbers, e.g. 0.90,0.95: {exc}") from exc
+        if opts["deadline"] < 0:
+            raise CommandError("--deadline must be 0 (none) or a number of seconds")
         if any(not 0.5 <= t < 1.0 for t in targets) or opts["autolabel_calibration"] < 1:
             raise CommandError("--autolabel-targets must lie in [0.5, 1) and --autolabel-calibration be positive")
         return sim.SimSpec(
@@ -194,6 +203,7 @@ class Command(BaseCommand):
             max_labels=opts["labels"],
             autolabel_targets=targets,
             autolabel_calibration=opts["autolabel_calibration"],
+            deadline_s=opts["deadline"],
             commit=_commit(),
         )
 
