@@ -37,6 +37,15 @@ def _interval(value: float | None, ci: list[float]) -> str:
     return "—" if value is None else f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _labels(r: dict[str, Any]) -> str:
+    """The labels the adapters trained on; where the job stopped short of those asked (--labels), why:
+    the sitting's time box (--deadline) or the pool."""
+    asked = r.get("labels_asked") or 0
+    if not asked or r["labels"] >= asked:
+        return f"{r['labels']:,}"
+    return f"{r['labels']:,} of {asked:,} ({'deadline' if r.get('deadline_s') else 'pool'})"
+
+
 def tables(rows: list[dict[str, Any]]) -> str:
     rows = sorted(rows, key=lambda r: (r["data"], r["strategy"], r["seed"], r["target"]))
     commits = sorted({r.get("commit") or "unknown" for r in rows})
@@ -52,7 +61,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         tiers = ", ".join(f"{t} {n}" for t, n in sorted((r.get("accepted_by_tier") or {}).items())) or "—"
         out.append(
-            f"| {r['data']} | {r['strategy']}-s{r['seed']} | {r['k']} | {r['labels']} | {r['target']:.2f}"
+            f"| {r['data']} | {r['strategy']}-s{r['seed']} | {r['k']} | {_labels(r)} | {r['target']:.2f}"
             f" ({r['delta']:g}) | {r['n_calibration']} | {r['classes_with_threshold']} /"
             f" {r.get('tier2_classes_with_threshold', '—')} of {r['n_classes']} | {r['decided']:,}"
             f" | {r['accepted']:,} ({r['coverage']:.1%}) | {tiers} | {_interval(r['precision'], r['precision_ci'])} |"

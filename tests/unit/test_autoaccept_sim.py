@@ -62,3 +62,13 @@ def test_the_bar_is_met_when_every_case_reaches_its_target(tmp_path: Path) -> No
     assert "realised precision >= target: **2 (100.0%)**" in text and "**met**" in text
     (tmp_path / "empty.jsonl").touch()
     assert report.main([str(tmp_path / "empty.jsonl")]) == 1  # no records: an error, not an empty table
+
+
+def test_a_job_cut_short_says_so_in_the_labels_column() -> None:
+    """A job stopped by the sitting's time box (simulate --deadline) trained on fewer labels than asked:
+    the table says how many of how many and why, so no row passes for a 1,000-label one."""
+    cut = {**record("emotion", 0.9, [(40, 40, False)]), "labels": 700, "labels_asked": 1000, "deadline_s": 420}
+    whole = {**record("trec", 0.9, [(40, 40, False)]), "labels_asked": 1000, "deadline_s": 420}
+    text = report.tables([cut, whole])
+    assert "| emotion | active-s0 | 2 | 700 of 1,000 (deadline) |" in text
+    assert "| trec | active-s0 | 2 | 1,000 |" in text
