@@ -408,11 +408,14 @@ def autolabel_table(out: Path) -> str:
             steps[record["step"]] = record
     run, checks = steps.get("run", {}), steps.get("checks", {})
     project = steps.get("project", {})
-    window = (
-        [(run["t_request"] + (run.get("t_running") or 0.0), run["t_request"] + run["t_end"])]
-        if run.get("t_end")
-        else []
-    )
+
+    def window_of(r: dict[str, Any]) -> list[tuple[float, float]]:
+        if not r.get("t_end"):
+            return []
+        return [(r["t_request"] + (r.get("t_running") or 0.0), r["t_request"] + r["t_end"])]
+
+    window = window_of(run)
+    rescore = steps.get("prompt_change", {})  # the whole pool scored again: the second full run of the sitting
     samples = gpu_samples(out / "gpu-autolabel.csv")
     peak = float(samples[:, 2].max()) if len(samples) else None
     budget = (checks.get("budget_vs_actual") or {}).get("estimate") or {}
@@ -440,6 +443,13 @@ def autolabel_table(out: Path) -> str:
         ("dead letters", f"{letters.get('n')} {letters.get('by_reason') or ''}".strip()),
         ("decisions (audit pending)", f"{checks.get('decisions')} ({checks.get('audit_pending')})"),
         (
+            "accepted items right by the oracle labels",
+            f"{checks['oracle_correct']}/{checks['oracle_checked']}"
+            f" ({checks['oracle_correct'] / checks['oracle_checked']:.1%})"
+            if checks.get("oracle_checked")
+            else "–",
+        ),
+        (
             "tiers",
             "; ".join(f"{t['tier']}: {t['accepted']}/{t['tried']} accepted" for t in checks.get("tiers") or []) or "–",
         ),
@@ -448,6 +458,19 @@ def autolabel_table(out: Path) -> str:
             (f"after the prompt edit: {name}", f"{r.get('status')}, {r.get('n_items')} items {r.get('reason') or ''}")
             for name, r in (("run", steps.get("after_edit")), ("run, next round", steps.get("drifted")))
             if r
+        ),
+        (
+            "prompt change's full re-score: wall s / items/s / requests/s / GPU busy %",
+            f"{fmt(rescore.get('t_end'))} / **{fmt(rescore.get('items_per_s'))}**"
+            f" / {fmt(rescore.get('requests_per_s'), 0)}"
+            f" / {fmt(busy_share(samples, window_of(rescore)), 0)}"
+            if rescore.get("t_end")
+            else "–",
+        ),
+        *(
+            (f"prompt change's re-score: ETA error at {k}", _eta_cell((rescore.get("eta") or {}).get(k)))
+            for k in ("10%", "25%", "50%")
+            if rescore.get("eta")
         ),
         (
             "prompt change: rows written / expected",

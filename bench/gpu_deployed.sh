@@ -154,12 +154,18 @@
 #   staged with parts 00-03 only (no vLLM), the fourth call followed by `wait` in the same call; or (b) the bulk job
 #   alone: SETS=trec LABELS=300 EXTRA="--step-timeout 400 --min-rounds 4" AUTOLABEL=200000 AUTOLABEL_KILL=1 (vLLM
 #   needed: all six parts), then `wait`s back to back. Never pause between calls: the machine goes back ~30 s after one.
-# Session 33 (2026-12-07): both in one sitting, the simulations time-boxed: `manage.py simulate --deadline S` starts
-#   no round S seconds after a job's start and still runs its auto-labelling (on the last round's adapters; the
-#   records say how many labels it reached), so a slow GPU no longer costs the whole measurement:
+# Session 33 (2026-12-07, H100, 3c9c75b): both in one sitting, the simulations time-boxed (`manage.py simulate
+#   --deadline S`: no round S seconds after a job's start, its auto-labelling still runs on the last adapters).
+#   Refused starts took 646 s of the 1,800 first, so the bulk job did not wait for the simulations (AUTOLABEL_NO_WAIT=1):
 #   RUN_COMMIT=<sha> SETS=trec GPU_WORKERS=4 GPU_SHARE=0.10 LABELS=300 DEADLINE=400 SIM_SEEDS=0 AUTOLABEL=200000
-#   AUTOLABEL_KILL=1 EXTRA="--step-timeout 400 --min-rounds 4" SIM_SETS="trec sst2 emotion snips search_snippets"
-#   SIM_EXTRA="--batch 100 --deadline D" SIM_BUDGET=<D + 300> (B=100 after 100 seed labels: 10 rounds to 1,000)
+#   AUTOLABEL_KILL=1 AUTOLABEL_NO_WAIT=1 EXTRA="--step-timeout 400 --min-rounds 4" SIM_SETS="trec sst2 emotion snips
+#   search_snippets" SIM_EXTRA="--batch 100 --deadline 420" SIM_BUDGET=700 GPU_LOOP=<session 32's> (exact:
+#   bench/raw/2026-12-07/session33-3c9c75b-options.txt); six stage calls (~5 s each but the fourth, 57 s: SmolLM2's
+#   dequantisation), the last followed by `wait 200` in the same call, then `wait 530`, `wait 150`: 1,713 s held.
+#   All five simulations reached 1,000 labels in ~10 rounds of 25-60 s (the deadline unused) and auto-labelled; the
+#   first vLLM engine took 287 s to start beside them (cold compile, 16 cores shared), so the deployed TREC project
+#   did one round (50 labels) before its DEADLINE and the bulk job ran on that round's ensemble (driver exit 1: the
+#   project stopped short of LABELS). Next sitting: issue 31 is measured; issue 35/33's runs.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
@@ -203,6 +209,8 @@ KILL=${KILL:-}                       # 1: then a round like the largest with a g
 # the gpu queue; AUTOLABEL_KILL=1: a gpu worker holding a running shard SIGKILLed at 30 % of the items
 AUTOLABEL=${AUTOLABEL:-}
 AUTOLABEL_KILL=${AUTOLABEL_KILL:-}
+# AUTOLABEL_NO_WAIT=1: the bulk job does not wait for SIM_SETS' simulations (a short sitting; its first run then
+# shares the GPU with them: its figures say so)
 # SIM_SEEDS=N: beside the deployed run, the in-process simulation of the first set with the deployed run's
 # options (the GPU profile, K=4, the comparison arms, B=50 after 100 seed labels), N seeds, hf engine, to
 # SIM_LABELS labels: issue 35 point 2 compares the two curves (bench/deployed_report.py --sim). The seed set in two
@@ -426,7 +434,7 @@ run)  # there, detached (started by stage, from $R): services, then the driver
   fi
   # the bulk job (AUTOLABEL) waits until the simulations are done: its GPU figures alone on the GPU (the rounds
   # before it share the GPU with them: their times are not this sitting's figures)
-  sims_done=(); [ -f "$R/sims/started" ] && [ -n "$AUTOLABEL" ] && sims_done=(--autolabel-wait-for "$R/sims/finished")
+  sims_done=(); [ -f "$R/sims/started" ] && [ -n "$AUTOLABEL" ] && [ -z "${AUTOLABEL_NO_WAIT:-}" ] && sims_done=(--autolabel-wait-for "$R/sims/finished")
   after=()  # parity and the batch-invariance check, on the adapters just trained, before the throughput rounds
   [ -n "$PARITY$INVARIANCE" ] && after=(--after-projects "bash $R/gpu_deployed.sh after")
   timeout -k 30 "${RUN_LIMIT:-3000}" python3 bench/deployed_loop.py "${data[@]}" --engine "$ENGINE" --labels "$LABELS" \

@@ -160,7 +160,9 @@ def test_the_wide_label_checks_come_from_the_worker_logs_in_both_forms(tmp_path:
 
 def test_the_autolabel_table_reads_the_bulk_job_steps(tmp_path: Path) -> None:
     """A run of 1,000 items at K=2 done in 10 s with a worker killed at 4 s; the ETA shown at 10 %
-    said 12 s left where 9 were (+33 %); the GPU 80 % busy inside the run, 20 % outside it."""
+    said 12 s left where 9 were (+33 %); the GPU 80 % busy inside the run, 20 % outside it; 870 of the
+    900 accepted items right by the oracle; the prompt change's re-score of 999 items in 4.5 s, the GPU
+    50 % busy in its window."""
     t0 = 1_800_000_000.0
     shards = [{"shard": 0, "status": "done", "attempts": 2}, {"shard": 1, "status": "done", "attempts": 1}]
     steps = [
@@ -194,6 +196,8 @@ def test_the_autolabel_table_reads_the_bulk_job_steps(tmp_path: Path) -> None:
             "shards": shards,
             "decisions": {"accepted": 900, "escalated": 100},
             "audit_pending": 18,
+            "oracle_correct": 870,
+            "oracle_checked": 900,
             "tiers": [{"tier": "model", "tried": 1000, "accepted": 900, "escalated": 100}],
             "dead_letters": {
                 "n": 1,
@@ -203,11 +207,23 @@ def test_the_autolabel_table_reads_the_bulk_job_steps(tmp_path: Path) -> None:
             "budget_vs_actual": {"estimate": {"workers": 2, "wall_s": 8.0, "n": 1000}, "actual_wall": 10.0},
         },
         {"step": "rerun", "commit": "c", "status": "done", "n_items": 0},
+        {
+            "step": "prompt_change",
+            "commit": "c",
+            "t_request": t0 + 15,
+            "t_running": 0.5,
+            "t_end": 4.5,
+            "status": "done",
+            "n_items": 999,
+            "items_per_s": 249.75,
+            "requests_per_s": 499.5,
+            "eta": {"10%": {"predicted_left": 4.0, "actual_left": 3.6, "error": 0.111}},
+        },
         {"step": "prompt_change_checks", "commit": "c", "rows_written": 999, "expected": {"to_score": 999}},
     ]
     (tmp_path / "autolabel.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     stamp = "%Y/%m/%d %H:%M:%S.%f"
-    samples = [(t0 - 5, 20), (t0 + 2, 80), (t0 + 6, 80), (t0 + 20, 20)]
+    samples = [(t0 - 5, 20), (t0 + 2, 80), (t0 + 6, 80), (t0 + 17, 60), (t0 + 18, 40), (t0 + 22, 20)]
     (tmp_path / "gpu-autolabel.csv").write_text(
         "".join(f"{datetime.fromtimestamp(t, UTC).strftime(stamp)[:-3]}, {u}, 5000\n" for t, u in samples)
     )
@@ -224,5 +240,10 @@ def test_the_autolabel_table_reads_the_bulk_job_steps(tmp_path: Path) -> None:
     assert rows["lost / written twice"] == "0 / 0"
     assert rows["dead letters"] == "1 {'low_mass': 1}" and "al-7: low_mass: label mass 0.010" in table
     assert rows["re-run"] == "done, 0 items"
+    assert rows["accepted items right by the oracle labels"] == "870/900 (96.7%)"
+    # the prompt change's re-score of the whole pool: its own window (t0 + 15.5 .. t0 + 19.5) of GPU samples
+    rescore = rows["prompt change's full re-score: wall s / items/s / requests/s / GPU busy %"]
+    assert rescore == "4.5 / **249.8** / 500 / 50"
+    assert rows["prompt change's re-score: ETA error at 10%"] == "+11 % (4 s vs 4 s)"
     assert rows["prompt change: rows written / expected"] == "999 / 999"
     assert dr.autolabel_table(tmp_path / "none") == ""
