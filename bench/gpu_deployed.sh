@@ -165,7 +165,12 @@
 #   All five simulations reached 1,000 labels in ~10 rounds of 25-60 s (the deadline unused) and auto-labelled; the
 #   first vLLM engine took 287 s to start beside them (cold compile, 16 cores shared), so the deployed TREC project
 #   did one round (50 labels) before its DEADLINE and the bulk job ran on that round's ensemble (driver exit 1: the
-#   project stopped short of LABELS). Next sitting: issue 31 is measured; issue 35/33's runs.
+#   project stopped short of LABELS).
+# Next sitting, planned: CLINC150's held-out auto-labelling (issue 31's sixth set) with a calibration split large
+#   enough for bounds (~30 items a class): NO_RUN=1 SIM_SETS=clinc150 SIM_EXTRA="--batch 100 --autolabel-calibration 4500 --deadline
+#   D" SIM_BUDGET=<D + 400> (parts 00-03 only: no vLLM; CLINC150's rounds were 90-220 s beside other work; 300 seed
+#   labels then 7 rounds of 100; the deadline may cut it short of 1,000: the records say how far), then issue 33's and
+#   35's runs in what is left.
 # Never `git commit -a` while bench/raw is moved out of the tree for a sitting: it records the files as deleted
 # (b7d562e did; 6a6b927 restored them).
 #
